@@ -1,0 +1,226 @@
+"""Running one attempt of one job's body, and writing how it ended.
+
+The callable is ``fn(project, params, *, job_id, on_event, should_cancel,
+secrets, resume)`` and receives only the keywords it declares. Every write it
+causes (events, progress, the terminal status) carries the attempt it was
+given, so a stale attempt cannot overwrite a newer one (see stores/base.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from au import ComputationResult, ComputationStatus
+
+from nw.jobs import events
+from nw.jobs.errors import JobCancelled, JobRefused, error_kind_of
+from nw.jobs.ids import check_json_params
+from nw.jobs.model import ERROR_KIND_CANCELLED, JobsConfig
+from nw.jobs.records import JobRow
+from nw.jobs.stores.base import JobStore
+
+log = logging.getLogger("nw.jobs")
+
+OPTIONAL_KWARGS = ("job_id", "on_event", "should_cancel", "secrets", "resume")
+_CANCEL_POLL_S = 0.25
+
+
+def accepted_kwargs(fn: Callable, offered: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of ``offered`` keywords that ``fn`` declares (all, for **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(offered)
+    return {k: v for k, v in offered.items() if k in params}
+
+
+def redact(text: str, secrets: Mapping[str, str] | None) -> str:
+    for value in (secrets or {}).values():
+        if isinstance(value, str) and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+@dataclass
+class Launch:
+    """What the process that holds a job's callable keeps in memory for it."""
+
+    fn: Callable
+    project: Any
+    on_event: Callable[[Any], None] | None = None
+    capture: AbstractContextManager[Any] | None = None
+    secrets: Mapping[str, str] | None = None
+    retryable: bool = False
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class CancelProbe:
+    """``should_cancel()``: the local flag, else the store, read at most every 0.25 s."""
+
+    def __init__(self, store: JobStore, job_id: str, flag: threading.Event):
+        self._store, self._job_id, self._flag = store, job_id, flag
+        self._checked = 0.0
+
+    def __call__(self) -> bool:
+        if self._flag.is_set():
+            return True
+        now = time.monotonic()
+        if now - self._checked >= _CANCEL_POLL_S:
+            self._checked = now
+            row = self._store.get(self._job_id)
+            if row is None or row.record.get("cancel_requested"):
+                self._flag.set()
+        return self._flag.is_set()
+
+
+class EventSink:
+    """Stamps, mirrors and forwards a body's events (fenced by its attempt)."""
+
+    def __init__(self, store: JobStore, row: JobRow, forward: Callable[[Any], None] | None, clock):
+        self._store, self._forward, self._clock = store, forward, clock
+        self._record = dict(row.record)
+        self._job_id = row.record["job_id"]
+        self._attempt = row.record["attempt"]
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, Mapping):
+            event = dict(event)
+            event.setdefault("job_id", self._job_id)
+            event.setdefault("run_id", self._record.get("run_id"))
+            event.setdefault("event_id", f"{self._record.get('run_id')}:{next(self._seq)}")
+            with self._lock:
+                patch = events.event_patch(self._record, event)
+                self._record.update(patch)
+            if patch:
+                self._store.patch(self._job_id, _jsonable(patch), attempt=self._attempt)
+            beat = events.progress_beat(event, self._clock())
+            if beat is not None:
+                self._store.append_progress(self._job_id, beat, attempt=self._attempt)
+        if self._forward is not None:
+            try:
+                self._forward(event)
+            except Exception:
+                log.exception("on_event sink failed for job %s", self._job_id)
+
+    @property
+    def record(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._record)
+
+
+def _jsonable(patch: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return check_json_params(patch)
+    except TypeError:
+        return {k: (v if _is_json(v) else repr(v)) for k, v in patch.items()}
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        check_json_params({"v": value})
+        return True
+    except TypeError:
+        return False
+
+
+def run_attempt(
+    store: JobStore, row: JobRow, launch: Launch, config: JobsConfig
+) -> ComputationResult:
+    """Run the body once and write its terminal state; returns what au middleware sees."""
+    rec = row.record
+    job_id, attempt = rec["job_id"], rec["attempt"]
+    sink = EventSink(store, row, launch.on_event, config.clock)
+    offered = {
+        "job_id": job_id,
+        "on_event": sink,
+        "should_cancel": CancelProbe(store, job_id, launch.cancel),
+        "secrets": dict(launch.secrets or {}),
+        "resume": rec.get("resume"),
+    }
+    kwargs = accepted_kwargs(launch.fn, offered)
+    error: BaseException | None = None
+    value: Any = None
+    try:
+        with launch.capture if launch.capture is not None else nullcontext():
+            value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)
+        check_json_params({"result": value})
+    except BaseException as exc:  # a body must never leave its job RUNNING
+        error = exc
+    record = sink.record
+    fields: dict[str, Any] = {"finished_at": config.clock()}
+    meta = {
+        "eta_candidates": record.get("eta_candidates"),
+        "output_kind": record.get("output_kind"),
+        "units": record.get("units"),
+        "cached": bool(record.get("cached")),
+    }
+    if error is None:
+        fields |= events.result_patch(record, value)
+        meta["cached"] = meta["cached"] or bool(fields.get("cached"))
+        fields |= {"error": None, "error_kind": None}
+        store.finish(
+            job_id,
+            au_status=ComputationStatus.COMPLETED,
+            result=value,
+            error=None,
+            fields=fields,
+            attempt=attempt,
+        )
+        return ComputationResult(value, ComputationStatus.COMPLETED, metadata=meta)
+    kind = error_kind_of(error)
+    message = redact(_describe(error), launch.secrets)
+    fields |= {"error": message, "error_kind": kind}
+    if isinstance(error, JobRefused):
+        fields["error_detail"] = _jsonable({"d": error.detail})["d"]
+    if kind == "crashed" and not isinstance(error, Exception):
+        log.warning("job %s body raised %s", job_id, type(error).__name__)
+    elif kind == "crashed":
+        log.error("job %s crashed: %s", job_id, message)
+    if launch.retryable and kind == "crashed" and attempt < int(rec.get("max_attempts") or 1):
+        delay = retry_delay(attempt, config)
+        fields.pop("finished_at")
+        store.requeue(job_id, fields=fields, not_before=config.clock() + delay, attempt=attempt)
+    else:
+        au_status = (
+            ComputationStatus.CANCELLED
+            if kind == ERROR_KIND_CANCELLED
+            else ComputationStatus.FAILED
+        )
+        store.finish(
+            job_id,
+            au_status=au_status,
+            result=None,
+            error=message,
+            fields=fields,
+            attempt=attempt,
+        )
+    return ComputationResult(
+        None, ComputationStatus.FAILED, error=RuntimeError(message), metadata=meta
+    )
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, (JobRefused, JobCancelled)):
+        return str(error) or ("cancelled" if isinstance(error, JobCancelled) else "refused")
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def retry_delay(attempt: int, config: JobsConfig) -> float:
+    """Exponential backoff with full jitter over [base/2, base] * 2**(attempt-1)."""
+    import random
+
+    ceiling = config.retry_backoff_s * (2 ** max(attempt - 1, 0))
+    return ceiling / 2 + random.random() * ceiling / 2

@@ -1,0 +1,123 @@
+"""What a render's event or result changes in the job's record (pure).
+
+An event is mirrored field by field: the stage fields (``index`` and
+``transform`` are accepted aliases; the canonical name wins when both are
+given), a ``cache_hit`` marks the job cached, costs travel with their honesty
+flag, an artifact id is kept, and a provider request id is remembered so a
+retried attempt can resume instead of paying again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+STAGE_FIELDS = ("stage_index", "stage_count", "current_transform", "fraction")
+_ALIASES = {"index": "stage_index", "transform": "current_transform"}
+COST_FIELDS = (
+    "estimated_usd",
+    "actual_usd",
+    "cache_hit_savings_usd",
+    "actual_is_lower_bound",
+)
+
+
+def event_kind(event: Mapping[str, Any]) -> str | None:
+    kind = event.get("kind") or event.get("type") or event.get("event")
+    return kind if isinstance(kind, str) else None
+
+
+def artifact_of(payload: Mapping[str, Any]) -> str | None:
+    """``artifact_ref``, or the first field named ``*_artifact_id``."""
+    ref = payload.get("artifact_ref")
+    if ref is None:
+        for key in sorted(payload):
+            if key.endswith("_artifact_id") and payload[key] is not None:
+                ref = payload[key]
+                break
+    return None if ref is None else str(ref)
+
+
+def _unknown_flag(current: bool | None, reported: Any) -> bool | None:
+    """Lower-bound is sticky: once an unknown cost was reported it stays True."""
+    if reported is None:
+        return current
+    return bool(current or bool(reported))
+
+
+def event_patch(record: Mapping[str, Any], event: Any) -> dict[str, Any]:
+    """The record fields an event changes (may be empty)."""
+    if not isinstance(event, Mapping):
+        return {}
+    patch: dict[str, Any] = {}
+    for alias, canonical in _ALIASES.items():
+        if alias in event and canonical not in event:
+            patch[canonical] = event[alias]
+    for name in STAGE_FIELDS:
+        if name in event:
+            patch[name] = event[name]
+    if isinstance(patch.get("fraction"), (int, float)):
+        patch["fraction"] = min(max(float(patch["fraction"]), 0.0), 1.0)
+    kind = event_kind(event)
+    if kind == "cache_hit" or event.get("cache_hit") is True:
+        patch["cached"] = True
+    if isinstance(event.get("actual_usd"), (int, float)):
+        patch["actual_usd"] = float(event["actual_usd"])
+    if isinstance(event.get("cache_hit_savings_usd"), (int, float)):
+        patch["cache_hit_savings_usd"] = float(event["cache_hit_savings_usd"])
+    flag = _unknown_flag(record.get("actual_is_lower_bound"), event.get("has_unknown_costs"))
+    if flag is not None and flag != record.get("actual_is_lower_bound"):
+        patch["actual_is_lower_bound"] = flag
+    ref = artifact_of(event)
+    if ref is not None:
+        patch["artifact_ref"] = ref
+    if kind == "provider.submitted" and event.get("request_id") is not None:
+        patch["resume"] = {"request_id": str(event["request_id"])}
+    if event.get("event_id") is not None:
+        patch["last_event_id"] = str(event["event_id"])
+    return patch
+
+
+def result_patch(record: Mapping[str, Any], result: Any) -> dict[str, Any]:
+    """Reconcile a terminal result into cost and artifact fields."""
+    if not isinstance(result, Mapping):
+        return {}
+    patch: dict[str, Any] = {}
+    if isinstance(result.get("cost_usd_actual"), (int, float)):
+        patch["actual_usd"] = float(result["cost_usd_actual"])
+    if isinstance(result.get("cache_hit_savings_usd"), (int, float)):
+        patch["cache_hit_savings_usd"] = float(result["cache_hit_savings_usd"])
+    flag = _unknown_flag(record.get("actual_is_lower_bound"), result.get("has_unknown_costs"))
+    if flag is not None:
+        patch["actual_is_lower_bound"] = flag
+    if result.get("cache_hit") is True:
+        patch["cached"] = True
+    ref = artifact_of(result)
+    if ref is not None:
+        patch["artifact_ref"] = ref
+    return patch
+
+
+def progress_beat(event: Mapping[str, Any], now: float) -> dict[str, Any] | None:
+    """A progress-trail entry for an event that reports progress, else None."""
+    stage = {k: event[k] for k in (*STAGE_FIELDS, *_ALIASES) if k in event}
+    pct = event.get("pct")
+    message = event.get("message")
+    if not stage and pct is None and message is None:
+        return None
+    if pct is None:
+        fraction = event.get("fraction")
+        index, count = (
+            event.get("stage_index", event.get("index")),
+            event.get("stage_count"),
+        )
+        if isinstance(fraction, (int, float)):
+            pct = 100.0 * float(fraction)
+        elif isinstance(index, int) and isinstance(count, int) and count > 0:
+            pct = 100.0 * index / count
+    return {
+        "ts": now,
+        "pct": None if pct is None else round(float(pct), 2),
+        "message": None if message is None else str(message)[:500],
+        "stage": stage or None,
+    }

@@ -1,0 +1,331 @@
+"""The public facade: validate, ask the pure core, read or write the store, project.
+
+Write paths (``enqueue``, ``cancel_job``) open the project's store and, for
+in-process bodies, its runtime. Read paths open the store only if it exists
+and never start a runtime; ``summarize`` and ``snapshot`` open it read-only
+and write nothing at all (no reap, no progress floor).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+from au.base import ComputationBackend
+
+from nw.jobs import eta, ids, kinds, recovery
+from nw.jobs.body import Launch
+from nw.jobs.costing import quote_for
+from nw.jobs.model import DEFAULT_CONFIG, Job, JobsConfig, Status
+from nw.jobs.records import JobRow, new_record
+from nw.jobs.records import project as project_row
+from nw.jobs.runtime import Runtime, existing_runtime, runtime_for
+from nw.jobs.stores import open_store, shared_store, store_location
+from nw.jobs.stores.base import JobStore
+from nw.project import Project, as_project
+
+log = logging.getLogger("nw.jobs")
+ProjectLike = Project | str | os.PathLike[str]
+
+
+def _runtime(project: Project, config: JobsConfig) -> Runtime:
+    key = store_location(project, config)
+    return runtime_for(key, lambda: shared_store(project, config, create=True), config)
+
+
+def _reader(project: Project, config: JobsConfig) -> tuple[JobStore | None, Runtime | None]:
+    """This process's handle on the project's store (None if it has none) and
+    the runtime when this process runs bodies for it."""
+    store = shared_store(project, config, create=False)
+    if store is None:
+        return None, None
+    return store, existing_runtime(store_location(project, config))
+
+
+def _label(kind: str, params: Mapping[str, Any]) -> str:
+    title = params.get("title") or params.get("label")
+    return str(title) if title else kind
+
+
+def _actor(actor: Any) -> dict[str, str] | None:
+    if actor is None:
+        return None
+    if isinstance(actor, str):
+        return {"id": actor}
+    if isinstance(actor, Mapping) and actor.get("id"):
+        out = {"id": str(actor["id"])}
+        if actor.get("handle"):
+            out["handle"] = str(actor["handle"])
+        return out
+    raise TypeError("actor must be an id string or a mapping with 'id' (and 'handle')")
+
+
+def enqueue(
+    project: ProjectLike,
+    kind: str,
+    params: Mapping[str, Any],
+    *,
+    on_event: Callable[[Any], None] | None = None,
+    dispatch: Mapping[str, Callable] | None = None,
+    backend: ComputationBackend | None = None,
+    idempotency_key: str | None = None,
+    label: str | None = None,
+    capture_context: Callable[[], AbstractContextManager[Any]] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    actor: str | Mapping[str, str] | None = None,
+    approved: bool = False,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> Job:
+    """Enqueue a render as a background job; returns at once with the job.
+
+    The body runs on this process's bounded pool when ``dispatch`` has the
+    kind, else in a worker process when the kind is registered. A live job
+    with the same idempotency key is returned instead of a second one.
+
+    Raises ``TypeError`` (params not JSON-able, naming the key), ``KeyError``
+    (unknown kind), ``ValueError`` (malformed ``units``), and the cost gate's
+    ``BudgetExceeded``; in every case before anything is written.
+    """
+    proj = as_project(project)
+    if not isinstance(kind, str) or not kind:
+        raise KeyError(f"kind must be a non-empty string, got {kind!r}")
+    params = ids.check_json_params(params)
+    units = ids.check_units(params)
+    fn = dispatch.get(kind) if dispatch else None
+    spec = kinds.kind_spec(kind)
+    if fn is None and spec is None:
+        known = sorted(set(dispatch or ()) | set(kinds.registered_kinds()))
+        raise KeyError(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
+    if backend is not None:
+        raise NotImplementedError("a custom backend is not supported; use JobsConfig")
+    quote = quote_for(proj, kind, params, config)
+    basis = idempotency_key if idempotency_key is not None else quote.identity
+    if not isinstance(basis, str) or not basis:
+        raise ValueError("idempotency_key must be a non-empty string")
+    job_id = ids.job_id_for(proj.project_id, kind, basis)
+    rt = _runtime(proj, config) if fn is not None else None
+    store = rt.store if rt is not None else shared_store(proj, config, create=True)
+    quote.gate(store, approved=approved, config=config)
+    plan = eta.eta_plan(params, units, config)
+    prediction = eta.predict_total_s(
+        plan.candidates,
+        plan.output_kind,
+        durations=store.samples(plan.candidates, window=config.sample_window_k),
+        expected_cache_hit=plan.expected_cache_hit,
+        units=units,
+        config=config,
+    )
+    retryable = bool(spec and spec.retryable)
+    max_attempts = spec.max_attempts if spec and spec.max_attempts else config.max_attempts
+    record = new_record(
+        job_id=job_id,
+        kind=kind,
+        label=label or _label(kind, params),
+        idempotency_key=basis,
+        params=params,
+        now=config.clock(),
+        plan=plan,
+        prediction=prediction,
+        estimated_usd=quote.estimated_usd,
+        runner="local" if fn is not None else "worker",
+        max_attempts=max_attempts if retryable else 1,
+        actor=_actor(actor),
+    )
+    record["retryable"] = retryable
+    row, created = store.create(record, claimable=fn is None)
+    if created and rt is not None:
+        capture = capture_context() if capture_context is not None else None
+        rt.submit(
+            job_id,
+            Launch(
+                fn=fn,
+                project=proj,
+                on_event=on_event,
+                capture=capture,
+                secrets=dict(secrets or {}),
+                retryable=retryable,
+            ),
+        )
+    elif created:
+        _wake_workers(store)
+    return project_row(row, config.clock(), config)
+
+
+def _wake_workers(store: JobStore) -> None:
+    from nw.jobs.wake import wake_runners
+
+    wake_runners(store)
+
+
+def _read(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> Job:
+    """Project one row for a per-project view: reap a dead worker's job, keep pct monotonic."""
+    now = config.clock()
+    held = rt.holds if rt is not None else (lambda _id: False)
+    if not store.read_only:
+        row = recovery.maybe_reap(store, row, now, config, held)
+    job = project_row(row, now, config)
+    floor = row.record.get("pct_floor")
+    if (
+        not store.read_only
+        and job.pct is not None
+        and job.status in (Status.RUNNING, Status.CANCELLING)
+        and (floor is None or job.pct >= float(floor) + 1.0)
+    ):
+        store.patch(job.job_id, {"pct_floor": job.pct}, attempt=None)
+    return job
+
+
+def get_job(
+    project: ProjectLike, job_id: str, *, config: JobsConfig = DEFAULT_CONFIG
+) -> Job | None:
+    """One job, or None if unknown. Reaps a job whose worker is gone."""
+    ids.check_job_id(job_id)
+    store, rt = _reader(as_project(project), config)
+    if store is None:
+        return None
+    row = store.get(job_id)
+    return None if row is None else _read(store, row, rt, config)
+
+
+def list_jobs(
+    project: ProjectLike,
+    *,
+    status: str | Status | None = None,
+    limit: int = 50,
+    actor: str | None = None,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> list[Job]:
+    """This project's jobs, newest first, optionally by status and actor."""
+    status = _check_status(status)
+    limit = _check_limit(limit)
+    store, rt = _reader(as_project(project), config)
+    if store is None:
+        return []
+    return [
+        _read(store, row, rt, config)
+        for row in store.page(status=status, actor_id=actor, limit=limit)
+    ]
+
+
+def cancel_job(
+    project: ProjectLike, job_id: str, *, config: JobsConfig = DEFAULT_CONFIG
+) -> Job | None:
+    """Request cancellation; idempotent; None if unknown; a finished job is untouched."""
+    ids.check_job_id(job_id)
+    proj = as_project(project)
+    store, rt = _reader(proj, config)
+    if store is None:
+        return None
+    row = store.request_cancel(job_id, now=config.clock())
+    if row is None:
+        return None
+    if rt is not None:
+        rt.local_cancel(job_id)
+    return project_row(row, config.clock(), config)
+
+
+def summarize(
+    project_root: ProjectLike,
+    *,
+    limit: int = 50,
+    status: str | Status | None = None,
+    actor: str | None = None,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> list[Job]:
+    """This project's jobs without touching it: creates nothing, reaps nothing,
+    caches nothing; [] for a project that never ran a job."""
+    status, limit = _check_status(status), _check_limit(limit)
+    store = open_store(as_project(project_root), config, create=False)
+    if store is None:
+        return []
+    try:
+        now = config.clock()
+        return [
+            project_row(r, now, config)
+            for r in store.page(status=status, actor_id=actor, limit=limit)
+        ]
+    finally:
+        store.close()
+
+
+def snapshot(
+    projects: Iterable[ProjectLike],
+    *,
+    actor: str | None = None,
+    active_limit: int = 20,
+    recent_limit: int = 12,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> dict[str, Any]:
+    """What is running across projects plus the recently finished tail (read-only)."""
+    from nw.jobs.records import to_dict
+
+    active, recent = [], []
+    for proj in projects:
+        jobs = summarize(
+            proj, limit=max(active_limit, recent_limit) * 4, actor=actor, config=config
+        )
+        root = str(as_project(proj).root)
+        for job in jobs:
+            (recent if job.is_terminal else active).append((root, job))
+    active.sort(key=lambda pj: pj[1].created_at, reverse=True)
+    recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)
+    return {
+        "active": [{**to_dict(j), "project": r} for r, j in active[:active_limit]],
+        "recent": [{**to_dict(j), "project": r} for r, j in recent[:recent_limit]],
+        "active_count": len(active),
+        "now": config.clock(),
+    }
+
+
+def get_job_progress(
+    project: ProjectLike,
+    job_id: str,
+    *,
+    limit: int = 200,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> list[dict[str, Any]]:
+    """The job's progress trail (ts, pct, message, stage), oldest first."""
+    ids.check_job_id(job_id)
+    store, _ = _reader(as_project(project), config)
+    return [] if store is None else store.progress(job_id, limit=_check_limit(limit))
+
+
+def estimate(
+    project: ProjectLike,
+    kind: str,
+    params: Mapping[str, Any],
+    *,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> dict[str, Any]:
+    """Dry-run cost gate: ``{estimated_usd, has_unknown_costs, approval_threshold_usd,
+    requires_approval, quote}``; writes nothing."""
+    params = ids.check_json_params(params) if not _has_plan_object(params) else dict(params)
+    ids.check_units(params)
+    return quote_for(as_project(project), kind, params, config, for_estimate=True).as_estimate(
+        config
+    )
+
+
+def _has_plan_object(params: Any) -> bool:
+    return (
+        isinstance(params, Mapping) and "plan" in params and not isinstance(params["plan"], Mapping)
+    )
+
+
+def _check_status(status: str | Status | None) -> str | None:
+    if status is None:
+        return None
+    try:
+        return Status(status).value
+    except ValueError:
+        valid = ", ".join(s.value for s in Status)
+        raise ValueError(f"unknown status {status!r}; one of: {valid}") from None
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise ValueError(f"limit must be an int from 1 to 10000, got {limit!r}")
+    return limit

@@ -1,0 +1,106 @@
+"""Registered kinds: a name bound to an importable callable, so any process can run it.
+
+``register_kind("panel.animate", "myapp.renders:animate")`` binds by path (the
+module is imported only by the process that runs the body, never by one that
+merely enqueues); a callable may be given directly too. Installed packages
+can declare kinds in the ``nw.jobs.kinds`` entry-point group.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+ENTRY_POINT_GROUP = "nw.jobs.kinds"
+
+
+class KindImportError(ImportError):
+    """A registered kind's target does not import."""
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    name: str
+    target: str | Callable
+    retryable: bool = False
+    max_attempts: int | None = None
+
+    @property
+    def path(self) -> str:
+        if isinstance(self.target, str):
+            return self.target
+        return f"{self.target.__module__}:{self.target.__qualname__}"
+
+    def load(self) -> Callable:
+        if callable(self.target):
+            return self.target
+        module_name, _, attr = self.target.partition(":")
+        try:
+            obj = importlib.import_module(module_name)
+            for part in attr.split(".") if attr else ():
+                obj = getattr(obj, part)
+        except Exception as exc:
+            raise KindImportError(
+                f"kind {self.name!r} is registered to {self.target!r}, which does not import: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not callable(obj):
+            raise KindImportError(f"kind {self.name!r}: {self.target!r} is not callable")
+        return obj
+
+
+_KINDS: dict[str, KindSpec] = {}
+_LOCK = threading.Lock()
+_entry_points_loaded = False
+
+
+def register_kind(
+    name: str,
+    target: str | Callable,
+    *,
+    retryable: bool = False,
+    max_attempts: int | None = None,
+) -> KindSpec:
+    """Bind ``name`` to ``"module:attr"`` (or a callable). Re-registering replaces."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("a kind needs a non-empty name")
+    if isinstance(target, str) and ":" not in target:
+        raise ValueError(f"kind target must look like 'module:attr', got {target!r}")
+    if not isinstance(target, str) and not callable(target):
+        raise TypeError("kind target must be 'module:attr' or a callable")
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError("max_attempts must be >= 1")
+    spec = KindSpec(name, target, retryable, max_attempts)
+    with _LOCK:
+        _KINDS[name] = spec
+    return spec
+
+
+def unregister_kind(name: str) -> None:
+    with _LOCK:
+        _KINDS.pop(name, None)
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        with _LOCK:
+            _KINDS.setdefault(ep.name, KindSpec(ep.name, ep.value))
+
+
+def kind_spec(name: str) -> KindSpec | None:
+    _load_entry_points()
+    with _LOCK:
+        return _KINDS.get(name)
+
+
+def registered_kinds() -> list[str]:
+    _load_entry_points()
+    with _LOCK:
+        return sorted(_KINDS)

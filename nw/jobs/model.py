@@ -1,0 +1,198 @@
+"""The data the facade hands out: ``Job`` and its parts, ``JobsConfig``, ``Status``.
+
+Pure data, no I/O. A ``Job`` is a projection (see ``records.project``); nothing
+reads a ``Job`` back into a store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+
+class Status(StrEnum):
+    """The five-plus-one job states; a ``str`` enum so it *is* its JSON value."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+QUEUED = Status.QUEUED
+RUNNING = Status.RUNNING
+CANCELLING = Status.CANCELLING
+SUCCEEDED = Status.SUCCEEDED
+FAILED = Status.FAILED
+CANCELLED = Status.CANCELLED
+TERMINAL_STATUSES: frozenset[Status] = frozenset({SUCCEEDED, FAILED, CANCELLED})
+ACTIVE_STATUSES: frozenset[Status] = frozenset({QUEUED, RUNNING, CANCELLING})
+
+ERROR_KIND_REFUSED = "refused"
+ERROR_KIND_CANCELLED = "cancelled"
+ERROR_KIND_CRASHED = "crashed"
+
+REAPED_REASON = "worker died — resumable"
+UNREADABLE_RECORD_REASON = "the job's stored record is unreadable"
+UNREADABLE_PLAN_REASON = (
+    "params['plan'] could not be read as a plan, so its cost cannot be quoted; "
+    "see the server log for what went wrong"
+)
+
+_DEFAULT_PRIORS = MappingProxyType({"image": 12.0, "video": 90.0, "audio": 15.0})
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    """Every tunable of the job manager; keyword-configurable, sensible defaults."""
+
+    # --- ETA ---
+    n_min: int = 3
+    """Minimum samples for a key before its prediction is ``learned``."""
+    sample_window_k: int = 20
+    """Keep only the newest K duration samples per key."""
+    pct_ceil: int = 99
+    """Computed progress never reaches 100; only success sets it."""
+    overrun_factor: float = 1.5
+    """p90 = p50 * overrun_factor when a real p90 is not available."""
+    cache_hit_floor_s: float = 0.5
+    """Predicted total of an all-cache-hit plan (confidence ``exact``)."""
+    dur_buckets_s: tuple[float, ...] = (4.0, 8.0, 12.0)
+    """Upper edges of the output-duration buckets for per-second models."""
+    prior_total_s: Mapping[str, float] = field(default_factory=lambda: _DEFAULT_PRIORS)
+    """Cold-start priors by output kind (per unit)."""
+    default_prior_total_s: float = 30.0
+    """Prior when even the output kind is unknown."""
+
+    # --- liveness ---
+    stale_running_s: float = 900.0
+    """A RUNNING job older than this with no live worker and no fresh beat is reaped."""
+    heartbeat_interval_s: float = 20.0
+    """How often a running job's worker stamps ``heartbeat_at``."""
+    heartbeat_stale_s: float = 120.0
+    """A heartbeat younger than this proves the worker alive, anywhere."""
+
+    # --- cost ---
+    approval_threshold_usd: float = 1.0
+    """Estimated cost at/above which a render requires explicit approval."""
+    budget_usd: float | None = None
+    """Per-project spend cap (None: no cap)."""
+    rates_path: str | None = None
+    """A folder or file of rate tables that replaces the shipped ones."""
+
+    # --- execution ---
+    max_concurrent: int = 3
+    """Bodies that run at once per process (threads); the rest wait queued."""
+    max_attempts: int = 1
+    """Attempts per job for a retryable kind (1: never retried)."""
+    retry_backoff_s: float = 2.0
+    """Base of the exponential retry backoff (jittered)."""
+    shutdown_grace_s: float = 30.0
+    """How long a stopping worker lets running bodies reach a boundary."""
+
+    # --- storage ---
+    jobs_dirname: str = ".nw/jobs"
+    """Sub-path under ``project.root`` for the embedded store."""
+    database_url: str | None = None
+    """``postgresql://…`` selects PostgreSQL; None: ``NW_JOBS_DATABASE_URL`` or files."""
+
+    clock: Callable[[], float] = field(default=time.time, repr=False, compare=False)
+    """Wall clock in epoch seconds (injectable for tests)."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "n_min": self.n_min >= 1,
+            "sample_window_k": self.sample_window_k >= self.n_min,
+            "pct_ceil": 0 < self.pct_ceil < 100,
+            "overrun_factor": self.overrun_factor >= 1.0,
+            "heartbeat_interval_s": self.heartbeat_interval_s > 0,
+            "heartbeat_stale_s": self.heartbeat_stale_s > self.heartbeat_interval_s,
+            "max_concurrent": self.max_concurrent >= 1,
+            "max_attempts": self.max_attempts >= 1,
+            "dur_buckets_s": list(self.dur_buckets_s) == sorted(self.dur_buckets_s),
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"JobsConfig: invalid value for {', '.join(bad)}")
+
+
+DEFAULT_CONFIG = JobsConfig()
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    stage_index: int | None = None
+    stage_count: int | None = None
+    current_transform: str | None = None
+    fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class JobCost:
+    estimated_usd: float | None = None
+    """Predicted spend, re-quoted at today's rates; None means unknown."""
+    actual_usd: float | None = None
+    """What the run reported it spent."""
+    cache_hit_savings_usd: float | None = None
+    actual_is_lower_bound: bool | None = None
+    """True: an unpriced call billed, so ``actual_usd`` understates the spend.
+    None: never reported (not the same as exact)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """Projected, JSON-serializable view of one job (see ``to_dict``)."""
+
+    job_id: str
+    kind: str
+    label: str
+    status: Status
+    idempotency_key: str
+    params: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    queue_wait_s: float | None = None
+    elapsed_s: float | None = None
+    progress: JobProgress = field(default_factory=JobProgress)
+    predicted_total_s: float | None = None
+    remaining_s: float | None = None
+    eta_ts: datetime | None = None
+    eta_s: float | None = None
+    pct: float | None = None
+    confidence: str | None = None
+    label_hint: str | None = None
+    eta_key: str | None = None
+    cost: JobCost = field(default_factory=JobCost)
+    cached: bool = False
+    worker_silent_s: float | None = None
+    """Seconds since the worker last beat; None when it never beat (not 0)."""
+    worker_responsive: bool | None = None
+    """By the reaper's own predicate; None = unknowable (not running / never beat)."""
+    artifact_ref: str | None = None
+    result: Any = None
+    error: str | None = None
+    error_kind: str | None = None
+    """``refused`` | ``cancelled`` | ``crashed``; None while running and on success."""
+    error_detail: Any = None
+    run_id: str | None = None
+    last_event_id: str | None = None
+    attempt: int = 0
+    max_attempts: int = 1
+    grade: str | None = None
+    """``ok`` | ``notice`` | ``warning`` | ``error`` once finished; None while live."""
+    actor: dict[str, str] | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES

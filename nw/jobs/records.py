@@ -1,0 +1,206 @@
+"""The index record: how one is born and how it projects to a ``Job`` (pure).
+
+A record is a flat dict (flat so every backend can merge a patch with a
+shallow update). Times are epoch seconds (UTC); ``Job`` shows aware datetimes.
+The status comes from the status store's entry, never from the record.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from nw.jobs import eta, liveness
+from nw.jobs.model import (
+    FAILED,
+    UNREADABLE_RECORD_REASON,
+    Job,
+    JobCost,
+    JobProgress,
+    JobsConfig,
+    Status,
+)
+from nw.jobs.status import grade, job_status
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """What a store returns for one job: the index record and the status entry."""
+
+    record: dict[str, Any]
+    au_status: str
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def status(self) -> Status:
+        if self.record.get("unreadable"):
+            return FAILED
+        return job_status(
+            self.au_status,
+            cancel_requested=bool(self.record.get("cancel_requested")),
+            finished=self.record.get("finished_at") is not None,
+        )
+
+
+def new_record(
+    *,
+    job_id: str,
+    kind: str,
+    label: str,
+    idempotency_key: str,
+    params: dict[str, Any],
+    now: float,
+    plan: eta.EtaPlan,
+    prediction: eta.Prediction,
+    estimated_usd: float | None,
+    runner: str,
+    max_attempts: int,
+    actor: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "kind": kind,
+        "label": label,
+        "idempotency_key": idempotency_key,
+        "params": params,
+        "created_at": now,
+        "started_at": None,
+        "finished_at": None,
+        "heartbeat_at": None,
+        "attempt": 0,
+        "max_attempts": max_attempts,
+        "cancel_requested": False,
+        "runner": runner,
+        "run_id": uuid.uuid4().hex,
+        "actor": actor,
+        "estimated_usd": estimated_usd,
+        "eta_candidates": list(plan.candidates),
+        "output_kind": plan.output_kind,
+        "units": plan.units,
+        "eta_p50": prediction.p50,
+        "eta_p90": prediction.p90,
+        "eta_confidence": prediction.confidence,
+        "eta_key": prediction.key,
+    }
+
+
+def unreadable_record(job_id: str, why: str) -> dict[str, Any]:
+    """Stand-in for a record that cannot be decoded: reads as FAILED, says why."""
+    return {
+        "job_id": job_id,
+        "kind": "unknown",
+        "label": "unreadable job",
+        "idempotency_key": "",
+        "params": {},
+        "unreadable": True,
+        "error": f"{UNREADABLE_RECORD_REASON} ({why})",
+        "error_kind": "crashed",
+        "finished_at": None,
+    }
+
+
+def _dt(ts: Any) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
+
+
+def project(row: JobRow, now: float, config: JobsConfig) -> Job:
+    rec = row.record
+    status = row.status
+    created, started, finished = (
+        rec.get("created_at"),
+        rec.get("started_at"),
+        rec.get("finished_at"),
+    )
+    queue_wait = None
+    if created is not None:
+        queue_wait = (started if started is not None else (finished or now)) - created
+    elapsed = None
+    if started is not None:
+        elapsed = (finished if finished is not None else now) - started
+    view = eta.project_eta(rec, status.value, elapsed_s=elapsed, config=config)
+    live = status.value in ("queued", "running", "cancelling")
+    eta_ts = _dt(now + view.eta_s) if (view.eta_s is not None and live) else None
+    result = row.result
+    error = rec.get("error") or row.error
+    error_kind = rec.get("error_kind")
+    if status.value == "succeeded":
+        error, error_kind = None, None
+    return Job(
+        job_id=rec["job_id"],
+        kind=rec.get("kind", "unknown"),
+        label=rec.get("label") or rec.get("kind", ""),
+        status=status,
+        idempotency_key=rec.get("idempotency_key", ""),
+        params=rec.get("params") or {},
+        created_at=_dt(created),
+        started_at=_dt(started),
+        finished_at=_dt(finished),
+        queue_wait_s=_round(queue_wait),
+        elapsed_s=_round(elapsed),
+        progress=JobProgress(
+            stage_index=rec.get("stage_index"),
+            stage_count=rec.get("stage_count"),
+            current_transform=rec.get("current_transform"),
+            fraction=rec.get("fraction"),
+        ),
+        predicted_total_s=_round(view.predicted_total_s),
+        remaining_s=_round(view.remaining_s),
+        eta_ts=eta_ts,
+        eta_s=_round(view.eta_s) if live else None,
+        pct=view.pct,
+        confidence=view.confidence,
+        label_hint=view.label_hint,
+        eta_key=rec.get("eta_key"),
+        cost=JobCost(
+            estimated_usd=rec.get("estimated_usd"),
+            actual_usd=rec.get("actual_usd"),
+            cache_hit_savings_usd=rec.get("cache_hit_savings_usd"),
+            actual_is_lower_bound=rec.get("actual_is_lower_bound"),
+        ),
+        cached=bool(rec.get("cached")),
+        worker_silent_s=_round(liveness.worker_silent_s(rec, now)) if live else None,
+        worker_responsive=liveness.worker_responsive(status.value, rec, now, config),
+        artifact_ref=rec.get("artifact_ref"),
+        result=result,
+        error=error,
+        error_kind=error_kind,
+        error_detail=rec.get("error_detail"),
+        run_id=rec.get("run_id"),
+        last_event_id=rec.get("last_event_id"),
+        attempt=int(rec.get("attempt") or 0),
+        max_attempts=int(rec.get("max_attempts") or 1),
+        grade=grade(status, error=error, error_kind=error_kind, result=result),
+        actor=rec.get("actor"),
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 3)
+
+
+def to_dict(job: Job) -> dict[str, Any]:
+    """The JSON contract: every field of ``Job``; nested parts as plain dicts."""
+    out: dict[str, Any] = {}
+    for name in job.__dataclass_fields__:
+        out[name] = _plain(getattr(job, name))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Status):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (JobProgress, JobCost)):
+        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)

@@ -1,0 +1,95 @@
+"""Closing jobs whose worker is gone: the one place a reap is written.
+
+Used on read by the facade (``get_job``/``list_jobs``), at worker boot and by
+the worker's periodic reaper. The decision is ``liveness.should_reap``; the
+write is fenced by the attempt that was seen, so a reap never overwrites a
+job that moved on meanwhile. A cancelling job ends cancelled; a retryable
+job with attempts left goes back to the queue; anything else ends FAILED
+with ``REAPED_REASON``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from au import ComputationStatus
+
+from nw.jobs import liveness
+from nw.jobs.body import retry_delay
+from nw.jobs.model import REAPED_REASON, JobsConfig
+from nw.jobs.records import JobRow
+from nw.jobs.stores.base import JobStore
+
+log = logging.getLogger("nw.jobs")
+
+
+def reap(store: JobStore, row: JobRow, now: float, config: JobsConfig) -> bool:
+    """Close (or requeue) one job known to need it; True if this call wrote."""
+    rec = row.record
+    attempt = rec.get("attempt")
+    status = row.status.value
+    if status == "cancelling":
+        return store.finish(
+            rec["job_id"],
+            au_status=ComputationStatus.CANCELLED,
+            result=None,
+            error=REAPED_REASON,
+            fields={
+                "finished_at": now,
+                "error": REAPED_REASON,
+                "error_kind": "cancelled",
+            },
+            attempt=attempt,
+        )
+    if rec.get("retryable") and int(attempt or 0) < int(rec.get("max_attempts") or 1):
+        log.warning("job %s: worker lost, retrying (attempt %s)", rec["job_id"], attempt)
+        return store.requeue(
+            rec["job_id"],
+            fields={"error": REAPED_REASON, "error_kind": "crashed"},
+            not_before=now + retry_delay(int(attempt or 1), config),
+            attempt=attempt,
+        )
+    log.warning("job %s: worker lost, failing it", rec["job_id"])
+    return store.finish(
+        rec["job_id"],
+        au_status=ComputationStatus.FAILED,
+        result=None,
+        error=REAPED_REASON,
+        fields={"finished_at": now, "error": REAPED_REASON, "error_kind": "crashed"},
+        attempt=attempt,
+    )
+
+
+def maybe_reap(
+    store: JobStore,
+    row: JobRow,
+    now: float,
+    config: JobsConfig,
+    held_here: Callable[[str], bool],
+) -> JobRow:
+    """The row, re-read after a reap when the liveness rule says the job is dead."""
+    job_id = row.record["job_id"]
+    if not liveness.should_reap(
+        row.status.value, row.record, now, config, held_here=held_here(job_id)
+    ):
+        return row
+    reap(store, row, now, config)
+    return store.get(job_id) or row
+
+
+def reap_stale(
+    store: JobStore, now: float, config: JobsConfig, held_here: Callable[[str], bool]
+) -> list[str]:
+    """Every unfinished job of the store whose worker is gone (the periodic reaper)."""
+    reaped = []
+    for row in store.live():
+        if liveness.should_reap(
+            row.status.value,
+            row.record,
+            now,
+            config,
+            held_here=held_here(row.record["job_id"]),
+        ) and reap(store, row, now, config):
+            reaped.append(row.record["job_id"])
+    return reaped

@@ -1,0 +1,213 @@
+"""A process's machinery for one store: the bounded pool, the heartbeat, the live map.
+
+Bodies run on ``PooledThreadBackend``, an au ``ThreadBackend`` whose threads
+come from a pool of ``max_concurrent``: jobs beyond the cap wait queued
+instead of each getting a thread. One heartbeat thread per runtime stamps
+every held job in one coalesced write and learns of cancels requested by
+other processes. Runtimes are made on first need by the write paths
+(``enqueue``, the worker); the read paths never make one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from au import ComputationResult, ComputationStatus, Middleware, ThreadBackend
+
+from nw.jobs.body import Launch, run_attempt
+from nw.jobs.learning import DurationLearningMiddleware
+from nw.jobs.model import JobsConfig
+from nw.jobs.records import JobRow
+from nw.jobs.stores.base import JobStore
+
+log = logging.getLogger("nw.jobs")
+
+
+class PooledThreadBackend(ThreadBackend):
+    """au's thread backend, bounded: at most ``max_workers`` bodies at once.
+
+    The launched callable writes its own (fenced) terminal state, so this
+    backend only runs the middleware around it and never writes the store.
+    """
+
+    def __init__(self, middleware: list[Middleware], max_workers: int):
+        super().__init__(store=None, middleware=middleware)
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="nw-job")
+        self.max_workers = max_workers
+
+    def launch(
+        self, func: Callable, args: tuple, kwargs: dict, key: str, store: Any = None
+    ) -> None:
+        self._pool.submit(self._work, func, args, kwargs, key)
+
+    def _work(self, func: Callable, args: tuple, kwargs: dict, key: str) -> None:
+        self._run_middleware_before(func, args, kwargs, key)
+        try:
+            result: ComputationResult = func(*args, **kwargs)
+        except BaseException as exc:  # run_attempt never raises; belt and braces
+            log.exception("job %s: runner failed", key)
+            self._run_middleware_error(
+                key, exc if isinstance(exc, Exception) else RuntimeError(exc)
+            )
+            return
+        if result.status is ComputationStatus.COMPLETED:
+            self._run_middleware_after(key, result)
+        else:
+            self._run_middleware_error(key, result.error or RuntimeError("failed"))
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+
+class Runtime:
+    """Runs bodies for one store in this process."""
+
+    def __init__(self, store: JobStore, config: JobsConfig, *, role: str = "inproc"):
+        self.store = store
+        self.config = config
+        self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.learning = DurationLearningMiddleware(record=self._learn, config=config)
+        self.backend = PooledThreadBackend([self.learning], config.max_concurrent)
+        self._held: dict[str, Launch] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+        store.register_runner(
+            self.runner_id,
+            {"role": role, "host": socket.gethostname(), "pid": os.getpid()},
+            now=config.clock(),
+        )
+
+    # ----- learning --------------------------------------------------------------
+    def _learn(self, samples: dict[str, float]) -> None:
+        try:
+            self.store.add_samples(
+                samples, now=self.config.clock(), window=self.config.sample_window_k
+            )
+        except Exception:
+            log.exception("could not record duration samples %s", list(samples))
+
+    # ----- running ---------------------------------------------------------------
+    def holds(self, job_id: str) -> bool:
+        return self.learning.holds(job_id)
+
+    def local_cancel(self, job_id: str) -> None:
+        with self._lock:
+            launch = self._held.get(job_id)
+        if launch is not None:
+            launch.cancel.set()
+
+    def submit(self, job_id: str, launch: Launch) -> None:
+        """Run a job this process enqueued, when a pool thread is free."""
+        with self._lock:
+            self._held[job_id] = launch
+        self._ensure_beater()
+        self.backend.launch(self._start_and_run, (job_id,), {}, job_id)
+
+    def run_claimed(self, row: JobRow, launch: Launch) -> None:
+        """Run a job a worker already claimed (the row is running, attempt bumped)."""
+        job_id = row.record["job_id"]
+        with self._lock:
+            self._held[job_id] = launch
+        self._ensure_beater()
+        self.backend.launch(self._run, (row,), {}, job_id)
+
+    def _start_and_run(self, job_id: str) -> ComputationResult:
+        row = self.store.start(job_id, now=self.config.clock(), runner_id=self.runner_id)
+        if row is None:  # cancelled while it waited for a thread
+            self._release(job_id)
+            return ComputationResult(None, ComputationStatus.CANCELLED)
+        return self._run(row)
+
+    def _run(self, row: JobRow) -> ComputationResult:
+        job_id = row.record["job_id"]
+        with self._lock:
+            launch = self._held[job_id]
+        try:
+            return run_attempt(self.store, row, launch, self.config)
+        except Exception as exc:  # the store failed under the body: say so, loudly
+            log.exception("job %s: could not record its outcome", job_id)
+            return ComputationResult(None, ComputationStatus.FAILED, error=exc)
+        finally:
+            self._release(job_id)
+
+    def _release(self, job_id: str) -> None:
+        with self._lock:
+            self._held.pop(job_id, None)
+            self._idle.notify_all()
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._held, timeout=timeout)
+
+    # ----- heartbeat -------------------------------------------------------------
+    def _ensure_beater(self) -> None:
+        with self._lock:
+            if self._beater is None or not self._beater.is_alive():
+                self._beater = threading.Thread(
+                    target=self._beat_loop, name="nw-heartbeat", daemon=True
+                )
+                self._beater.start()
+
+    def beat_once(self) -> None:
+        with self._lock:
+            running = [j for j in self._held if self.learning.holds(j)]
+        cancelled = self.store.beat(running, now=self.config.clock(), runner_id=self.runner_id)
+        for job_id in cancelled:
+            self.local_cancel(job_id)
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.config.heartbeat_interval_s):
+            try:
+                self.beat_once()
+            except Exception:
+                log.exception("heartbeat failed")
+
+    def close(self, *, wait: bool = True) -> None:
+        self._stop.set()
+        self.backend.shutdown(wait=wait)
+        try:
+            self.store.unregister_runner(self.runner_id)
+        except Exception:
+            log.debug("could not unregister runner", exc_info=True)
+
+
+_RUNTIMES: dict[tuple[str, str], Runtime] = {}
+_RUNTIMES_LOCK = threading.Lock()
+
+
+def runtime_for(
+    key: tuple[str, str], make_store: Callable[[], JobStore], config: JobsConfig
+) -> Runtime:
+    with _RUNTIMES_LOCK:
+        rt = _RUNTIMES.get(key)
+        if rt is None:
+            rt = _RUNTIMES[key] = Runtime(make_store(), config)
+        return rt
+
+
+def existing_runtime(key: tuple[str, str]) -> Runtime | None:
+    with _RUNTIMES_LOCK:
+        return _RUNTIMES.get(key)
+
+
+def shutdown_runtimes(*, wait: bool = True) -> None:
+    """Stop every runtime of this process (tests, and orderly exits)."""
+    with _RUNTIMES_LOCK:
+        runtimes = list(_RUNTIMES.values())
+        _RUNTIMES.clear()
+    for rt in runtimes:
+        rt.close(wait=wait)

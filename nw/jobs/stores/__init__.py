@@ -1,0 +1,91 @@
+"""Choosing a project's store: the embedded SQLite file, or PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+from nw.jobs.model import JobsConfig
+from nw.jobs.stores.base import JobStore
+from nw.project import Project
+
+DATABASE_URL_ENV = "NW_JOBS_DATABASE_URL"
+
+
+def database_url(config: JobsConfig) -> str | None:
+    url = config.database_url or os.environ.get(DATABASE_URL_ENV) or None
+    if url and not url.startswith(("postgresql://", "postgres://")):
+        raise ValueError(
+            f"{DATABASE_URL_ENV} / JobsConfig.database_url must be a postgresql:// URL"
+        )
+    return url
+
+
+def store_location(project: Project, config: JobsConfig) -> tuple[str, str]:
+    """(backend name, where): the key one process shares a store under."""
+    url = database_url(config)
+    if url:
+        return "postgres", url
+    return "sqlite", str(Path(project.root) / config.jobs_dirname / "jobs.sqlite3")
+
+
+def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
+    """The project's store; with ``create=False`` a read-only handle, or None when
+    the project never stored a job (nothing is created by a read)."""
+    backend, where = store_location(project, config)
+    if backend == "postgres":
+        from nw.jobs.stores.postgres import open_postgres_store
+
+        return open_postgres_store(where, project, create=create)
+    from nw.jobs.stores.sqlite import SqliteJobStore
+
+    if not create and not Path(where).exists():
+        return None
+    return SqliteJobStore(where, read_only=not create)
+
+
+_SHARED: dict[tuple[str, str], JobStore] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
+    """This process's one writable handle on the project's store (kept open:
+    the facade's hot paths must not pay a connection per call). With
+    ``create=False`` it is None when the project has no store yet."""
+    key = store_location(project, config)
+    with _SHARED_LOCK:
+        store = _SHARED.get(key)
+        if store is not None:
+            return store
+        if not create and not _exists(project, config):
+            return None
+        store = _SHARED[key] = _open_writable(project, config)
+        return store
+
+
+def _exists(project: Project, config: JobsConfig) -> bool:
+    backend, where = store_location(project, config)
+    return backend == "postgres" or Path(where).exists()
+
+
+def _open_writable(project: Project, config: JobsConfig) -> JobStore:
+    backend, where = store_location(project, config)
+    if backend == "postgres":
+        from nw.jobs.stores.postgres import open_postgres_store
+
+        return open_postgres_store(where, project, create=True)
+    from nw.jobs.stores.sqlite import SqliteJobStore
+
+    return SqliteJobStore(where)
+
+
+def close_shared_stores() -> None:
+    """Drop every kept handle (tests; a process that is done with its projects)."""
+    with _SHARED_LOCK:
+        stores = list(_SHARED.values())
+        _SHARED.clear()
+    for store in stores:
+        with contextlib.suppress(Exception):
+            store.close()

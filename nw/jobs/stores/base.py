@@ -1,0 +1,264 @@
+"""The store contract: the few atomic operations every backend implements.
+
+One ``JobStore`` holds one project's jobs. The facade, the in-process runtime
+and the worker only ever call these methods, so the embedded SQLite file and
+PostgreSQL are interchangeable; ``tests/contract`` runs one suite against
+every backend. Every operation that decides something under concurrency
+(dedup, claim, fenced writes, cancel) is abstract: a backend cannot inherit a
+racy read-then-write default.
+
+Two views keep the seed's split visible: ``status`` is an au
+``ComputationStore`` (the single source of truth for a run's status) and
+``index`` is a dol mapping of job records (the membership authority).
+
+Fencing: ``start``/``claim`` bump a job's ``attempt``; every write a body makes
+passes the attempt it was given, and a write whose attempt is no longer
+current is refused (returns False), so a reaped-but-alive worker cannot
+overwrite a newer attempt or a final state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from au import ComputationResult, ComputationStatus, ComputationStore
+from dol.base import KvPersister
+
+from nw.jobs.records import JobRow
+
+#: Record fields every backend keeps as real columns (filtered, ordered, fenced).
+COLUMNS = (
+    "job_id",
+    "created_at",
+    "kind",
+    "attempt",
+    "cancel_requested",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+    "runner_id",
+)
+
+
+class JobStore(ABC):
+    """One project's jobs, behind atomic operations."""
+
+    read_only: bool = False
+
+    # ----- membership and reads -------------------------------------------------
+    @abstractmethod
+    def get(self, job_id: str) -> JobRow | None:
+        """The job's record and status entry, or None if it is not in the index."""
+
+    @abstractmethod
+    def page(
+        self, *, status: str | None = None, actor_id: str | None = None, limit: int = 50
+    ) -> list[JobRow]:
+        """Newest first; ``status`` is the normalized job status."""
+
+    @abstractmethod
+    def live(self) -> list[JobRow]:
+        """Every job that is not finished (queued, running, cancelling)."""
+
+    @abstractmethod
+    def iter_ids(self) -> Iterator[str]:
+        """Job ids, newest first."""
+
+    # ----- the atomic transitions -----------------------------------------------
+    @abstractmethod
+    def create(self, record: dict[str, Any], *, claimable: bool) -> tuple[JobRow, bool]:
+        """Put-if-absent: a new queued job (au PENDING) and True; an existing live
+        job with that id and False; an existing finished job is replaced by the
+        new run (and True). ``claimable`` lets worker processes claim it."""
+
+    @abstractmethod
+    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
+        """queued -> running for the process holding the callable; bumps
+        ``attempt``, stamps ``started_at`` and a first ``heartbeat_at``. None
+        when the job is no longer queued (cancelled first, or gone)."""
+
+    @abstractmethod
+    def claim(
+        self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
+    ) -> list[JobRow]:
+        """The oldest due claimable queued jobs of these kinds, each moved to
+        running as by ``start``; never the same job to two callers."""
+
+    @abstractmethod
+    def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
+        """Replace these top-level record fields; refused (False) when ``attempt``
+        is given and is not the current one."""
+
+    @abstractmethod
+    def finish(
+        self,
+        job_id: str,
+        *,
+        au_status: ComputationStatus,
+        result: Any,
+        error: str | None,
+        fields: Mapping[str, Any],
+        attempt: int | None,
+    ) -> bool:
+        """Terminal status entry and record fields (``finished_at`` among them)
+        in one transaction; fenced like ``patch``."""
+
+    @abstractmethod
+    def requeue(
+        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
+    ) -> bool:
+        """A failed attempt goes back to the queue, due at ``not_before`` (fenced)."""
+
+    @abstractmethod
+    def request_cancel(self, job_id: str, *, now: float) -> JobRow | None:
+        """Queued: cancelled at once (it never runs). Running: the durable flag is
+        set and the au entry flipped to CANCELLED; the job reads ``cancelling``
+        until its body stops. Finished: nothing is written. None if unknown."""
+
+    @abstractmethod
+    def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
+        """One coalesced heartbeat for the runner and the running jobs it holds;
+        returns the ids among them whose cancel was requested."""
+
+    # ----- learning, progress trail, runners ------------------------------------
+    @abstractmethod
+    def samples(self, keys: Sequence[str], *, window: int) -> dict[str, list[float]]:
+        """The newest ``window`` duration samples of each key, oldest first."""
+
+    @abstractmethod
+    def add_samples(self, samples: Mapping[str, float], *, now: float, window: int) -> None:
+        """Record one sample per key, keeping the newest ``window``."""
+
+    @abstractmethod
+    def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
+        """Append one progress beat (ts, pct, message, stage) to the job's trail."""
+
+    @abstractmethod
+    def progress(self, job_id: str, *, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` beats of the trail, oldest first."""
+
+    @abstractmethod
+    def register_runner(self, runner_id: str, info: Mapping[str, Any], *, now: float) -> None:
+        """Announce a process that runs bodies (its role, host, pid, wake address)."""
+
+    @abstractmethod
+    def unregister_runner(self, runner_id: str) -> None: ...
+
+    @abstractmethod
+    def runners(self) -> list[dict[str, Any]]:
+        """Every announced runner with its last beat."""
+
+    # ----- raw access behind the views ------------------------------------------
+    @abstractmethod
+    def put_record(self, record: Mapping[str, Any]) -> None:
+        """Upsert a whole record (unfenced; the dol view's ``__setitem__``)."""
+
+    @abstractmethod
+    def delete(self, job_id: str) -> None:
+        """Remove a job from the index and the status store."""
+
+    @abstractmethod
+    def get_status(self, job_id: str) -> ComputationResult | None: ...
+
+    @abstractmethod
+    def put_status(self, job_id: str, result: ComputationResult) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # ----- the two views --------------------------------------------------------
+    @property
+    def status(self) -> StatusView:
+        return StatusView(self)
+
+    @property
+    def index(self) -> IndexView:
+        return IndexView(self)
+
+
+class IndexView(KvPersister):
+    """The index as a dol mapping: job id -> record dict (newest first)."""
+
+    def __init__(self, store: JobStore):
+        self._store = store
+
+    def __getitem__(self, job_id: str) -> dict[str, Any]:
+        row = self._store.get(job_id)
+        if row is None:
+            raise KeyError(job_id)
+        return row.record
+
+    def __setitem__(self, job_id: str, record: Mapping[str, Any]) -> None:
+        self._store.put_record({**record, "job_id": job_id})
+
+    def __delitem__(self, job_id: str) -> None:
+        if self._store.get(job_id) is None:
+            raise KeyError(job_id)
+        self._store.delete(job_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._store.iter_ids()
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and self._store.get(job_id) is not None
+
+
+class StatusView(ComputationStore):
+    """The status store as an au ``ComputationStore`` over the backend's table.
+
+    Unlike ``au.FileSystemStore`` a missing key raises ``KeyError`` instead of
+    pretending to be PENDING: membership is the index's job, and a made-up
+    PENDING is how a finished job once read as queued.
+    """
+
+    def __init__(self, store: JobStore):
+        super().__init__(ttl_seconds=None)
+        self._store = store
+
+    def create_key(self) -> str:
+        raise TypeError("job ids come from nw.jobs.ids.job_id_for, not the status store")
+
+    def get_reconstruction_info(self) -> dict[str, Any]:
+        return {"class": type(self._store).__name__}
+
+    def cleanup_expired(self) -> int:
+        return 0
+
+    def __getitem__(self, job_id: str) -> ComputationResult:
+        result = self._store.get_status(job_id)
+        if result is None:
+            raise KeyError(job_id)
+        return result
+
+    def __setitem__(self, job_id: str, result: ComputationResult) -> None:
+        self._store.put_status(job_id, result)
+
+    def __delitem__(self, job_id: str) -> None:
+        self._store.delete(job_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._store.iter_ids()
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def utc_iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC).isoformat()
+
+
+def split_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(column values, doc fields) of a record."""
+    cols = {k: record.get(k) for k in COLUMNS}
+    cols["cancel_requested"] = bool(cols["cancel_requested"])
+    cols["attempt"] = int(cols["attempt"] or 0)
+    doc = {k: v for k, v in record.items() if k not in COLUMNS}
+    return cols, doc
+
+
+def actor_id_of(record: Mapping[str, Any]) -> str | None:
+    actor = record.get("actor")
+    return str(actor["id"]) if isinstance(actor, Mapping) and actor.get("id") else None
