@@ -150,14 +150,8 @@ def enqueue(
             ),
         )
     elif created:
-        _wake_workers(store)
+        store.wake_workers()
     return project_row(row, config.clock(), config)
-
-
-def _wake_workers(store: JobStore) -> None:
-    from nw.jobs.wake import wake_runners
-
-    wake_runners(store)
 
 
 def _read(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> Job:

@@ -151,6 +151,28 @@ class JobStore(ABC):
     def runners(self) -> list[dict[str, Any]]:
         """Every announced runner with its last beat."""
 
+    @abstractmethod
+    def spend(self) -> dict[str, Any]:
+        """Committed spend in one query: ``actual_usd`` (sum over finished jobs),
+        ``live_estimated_usd`` (sum of estimates of unfinished jobs),
+        ``live_unknown`` (unfinished jobs with no estimate), ``lower_bound``
+        (True when any finished job's actual is a lower bound or unreported)."""
+
+    # ----- waking idle workers --------------------------------------------------
+    def wake_listener(self, runner_id: str) -> Any:
+        """An object with ``address``, ``wait(timeout) -> bool`` and ``close()``
+        that returns early from ``wait`` when a job is queued (embedded store:
+        a Unix datagram socket; PostgreSQL overrides with LISTEN)."""
+        from nw.jobs.wake import WakeListener
+
+        return WakeListener(f"nw-jobs/{runner_id}")
+
+    def wake_workers(self) -> None:
+        """Tell idle workers a job was queued (best effort; they also poll)."""
+        from nw.jobs.wake import wake_runners
+
+        wake_runners(self)
+
     # ----- raw access behind the views ------------------------------------------
     @abstractmethod
     def put_record(self, record: Mapping[str, Any]) -> None:

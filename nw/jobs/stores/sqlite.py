@@ -479,6 +479,25 @@ class SqliteJobStore(JobStore):
             for rid, info, st, beat in rows
         ]
 
+    def spend(self) -> dict[str, Any]:
+        with self._cursor() as c:
+            actual, lower = c.execute(
+                "SELECT coalesce(sum(json_extract(doc, '$.actual_usd')), 0.0),"
+                " coalesce(max(json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)"
+                " FROM jobs WHERE finished_at IS NOT NULL"
+            ).fetchone()
+            live, unknown = c.execute(
+                "SELECT coalesce(sum(json_extract(doc, '$.estimated_usd')), 0.0),"
+                " count(*) - count(json_extract(doc, '$.estimated_usd'))"
+                " FROM jobs WHERE finished_at IS NULL"
+            ).fetchone()
+        return {
+            "actual_usd": float(actual),
+            "live_estimated_usd": float(live),
+            "live_unknown": int(unknown),
+            "lower_bound": bool(lower),
+        }
+
     # ----- raw access ------------------------------------------------------------
     def put_record(self, record: Mapping[str, Any]) -> None:
         with self._cursor(write=True) as c:
