@@ -9,7 +9,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(probe: Callable[[], T], *, timeout: float = 10.0, every: float = 0.01, what: str = "") -> T:
+def wait_until(
+    probe: Callable[[], T], *, timeout: float = 10.0, every: float = 0.01, what: str = ""
+) -> T:
     """The first truthy value of ``probe()``; fails the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     last: T | None = None

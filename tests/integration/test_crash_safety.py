@@ -1,0 +1,48 @@
+"""kill -9 in the middle of writes never leaves half a record."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from nw import jobs
+from tests.helpers import wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_kill_9_while_writing_leaves_every_record_whole(project):
+    script = textwrap.dedent(f"""
+        from nw import jobs
+        def body(project, params, *, on_event):
+            for i in range(50):
+                on_event({{"stage_index": i, "stage_count": 50, "actual_usd": i / 100}})
+            return {{"done": params["i"]}}
+        i = 0
+        while True:
+            jobs.enqueue({str(project.root)!r}, "r", {{"i": i}}, dispatch={{"r": body}})
+            i += 1
+            if i == 20:
+                print("writing", flush=True)
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        wait_until(lambda: len(jobs.summarize(project, limit=500)) > 60, what="writes under way")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    listed = jobs.summarize(project, limit=10_000)
+    assert len(listed) > 60
+    for job in listed:
+        assert job.error is None or "unreadable" not in job.error
+        assert job.params["i"] >= 0
+        assert job.status in jobs.Status

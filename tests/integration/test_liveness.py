@@ -1,0 +1,91 @@
+"""Heartbeats, the liveness predicate, and reaping a dead worker's job on read."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from nw import jobs
+from tests.helpers import wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_a_running_job_beats_and_the_beat_stops_when_the_body_returns(project, cfg, gate):
+    job = jobs.enqueue(project, "r", {}, dispatch={"r": gate}, config=cfg)
+    assert gate.started.wait(5)
+    first = jobs.get_job(project, job.job_id, config=cfg)
+    assert first.worker_responsive is True and first.worker_silent_s is not None
+    store = __import__("nw.jobs.stores", fromlist=["x"]).shared_store(project, cfg, create=False)
+    beat0 = store.get(job.job_id).record["heartbeat_at"]
+    wait_until(lambda: store.get(job.job_id).record["heartbeat_at"] > beat0, what="a second beat")
+    gate.release.set()
+    done = wait_until(
+        lambda: (j := jobs.get_job(project, job.job_id, config=cfg)).is_terminal and j
+    )
+    assert done.worker_responsive is None and done.worker_silent_s is None
+    last = store.get(job.job_id).record["heartbeat_at"]
+    # two intervals later nothing has beaten for the finished job
+    import time
+
+    deadline = time.monotonic() + 2 * cfg.heartbeat_interval_s
+    while time.monotonic() < deadline:
+        assert store.get(job.job_id).record["heartbeat_at"] == last
+        time.sleep(cfg.heartbeat_interval_s / 4)
+
+
+def test_a_job_whose_process_was_killed_is_reaped_on_read(project, cfg):
+    script = textwrap.dedent(f"""
+        import sys, time
+        from nw import jobs
+        cfg = jobs.JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0, stale_running_s=2.0)
+        def body(project, params):
+            time.sleep(60)
+        root = {str(project.root)!r}
+        job = jobs.enqueue(root, "slow", {{}}, dispatch={{"slow": body}}, config=cfg)
+        while jobs.get_job(root, job.job_id, config=cfg).status != "running":
+            time.sleep(0.01)
+        print(job.job_id, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    try:
+        job_id = proc.stdout.readline().strip()
+        assert jobs.get_job(project, job_id, config=cfg).status == jobs.RUNNING
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # summarize is read-only: it reports, it does not reap
+    dead = wait_until(
+        lambda: (j := jobs.summarize(project, config=cfg)[0]).worker_responsive is False and j,
+        what="the beat to go stale",
+    )
+    assert dead.status == jobs.RUNNING
+    reaped = jobs.get_job(project, job_id, config=cfg)
+    assert reaped.status == jobs.FAILED
+    assert reaped.error == jobs.REAPED_REASON and reaped.error_kind == "crashed"
+    assert reaped.grade == "error"
+
+
+def test_a_held_job_is_not_reaped_even_when_its_beat_is_old(project, gate):
+    # The beat interval is longer than the staleness window: only the in-process
+    # liveness map keeps this job alive, and it must.
+    cfg = jobs.JobsConfig(heartbeat_interval_s=30, heartbeat_stale_s=31, stale_running_s=0.0)
+    job = jobs.enqueue(project, "r", {}, dispatch={"r": gate}, config=cfg)
+    assert gate.started.wait(5)
+    later = jobs.JobsConfig(
+        heartbeat_interval_s=30,
+        heartbeat_stale_s=31,
+        stale_running_s=0.0,
+        clock=lambda: __import__("time").time() + 3600,
+    )
+    assert jobs.get_job(project, job.job_id, config=later).status == jobs.RUNNING
+    assert jobs.get_job(project, job.job_id, config=later).worker_responsive is False

@@ -1,0 +1,64 @@
+"""list_jobs and summarize: ordering, filters, and summarize touching nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nw
+from nw import jobs
+from nw.jobs import runtime, stores
+from tests.helpers import wait_until
+
+
+def test_list_jobs_is_newest_first_with_status_filter_and_limit(project, cfg, gate):
+    done = [
+        jobs.enqueue(project, "ok", {"i": i}, dispatch={"ok": lambda p, q: {"v": 1}}, config=cfg)
+        for i in range(3)
+    ]
+    wait_until(lambda: all(jobs.get_job(project, j.job_id, config=cfg).is_terminal for j in done))
+    live = jobs.enqueue(project, "wait", {}, dispatch={"wait": gate}, config=cfg)
+    assert gate.started.wait(5)
+    listed = jobs.list_jobs(project, config=cfg)
+    assert [j.job_id for j in listed] == [live.job_id, *[j.job_id for j in reversed(done)]]
+    assert [j.job_id for j in jobs.list_jobs(project, status="running", config=cfg)] == [
+        live.job_id
+    ]
+    assert len(jobs.list_jobs(project, status=jobs.SUCCEEDED, config=cfg)) == 3
+    assert len(jobs.list_jobs(project, limit=2, config=cfg)) == 2
+
+
+def test_summarize_creates_nothing_for_a_folder_that_never_ran_a_job(tmp_path):
+    folder = tmp_path / "untouched"
+    folder.mkdir()
+    assert jobs.summarize(folder) == []
+    assert jobs.list_jobs(folder) == []
+    assert list(folder.iterdir()) == []
+    assert runtime._RUNTIMES == {} and stores._SHARED == {}
+
+
+def test_summarize_reads_without_writing_or_holding_anything(project, cfg):
+    job = jobs.enqueue(project, "r", {}, dispatch={"r": lambda p, q: {"ok": 1}}, config=cfg)
+    wait_until(lambda: jobs.get_job(project, job.job_id, config=cfg).is_terminal)
+    runtime.shutdown_runtimes()
+    stores.close_shared_stores()
+    db = Path(project.root) / ".nw/jobs/jobs.sqlite3"
+    before = db.stat().st_mtime_ns
+    other = nw.Project.init(project.root.parent / "second")
+    summary = jobs.summarize(str(project.root), config=cfg)
+    assert [j.job_id for j in summary] == [job.job_id]
+    assert jobs.summarize(other.root) == []
+    assert db.stat().st_mtime_ns == before
+    assert runtime._RUNTIMES == {} and stores._SHARED == {}
+
+
+def test_actor_is_recorded_and_filters_views(project, cfg):
+    ok = {"r": lambda p, q: {"ok": 1}}
+    mine = jobs.enqueue(
+        project, "r", {"i": 1}, actor={"id": "u1", "handle": "@ann"}, dispatch=ok, config=cfg
+    )
+    jobs.enqueue(project, "r", {"i": 2}, actor="u2", dispatch=ok, config=cfg)
+    assert mine.actor == {"id": "u1", "handle": "@ann"}
+    assert [j.job_id for j in jobs.list_jobs(project, actor="u1", config=cfg)] == [mine.job_id]
+    assert [j.job_id for j in jobs.summarize(project, actor="u1", config=cfg)] == [mine.job_id]
+    snap = jobs.snapshot([project], actor="u1", config=cfg)
+    assert [j["job_id"] for j in snap["active"] + snap["recent"]] == [mine.job_id]

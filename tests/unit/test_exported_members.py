@@ -1,0 +1,80 @@
+"""The public surface is pinned: a change to it is a deliberate change to this test."""
+
+import nw.jobs
+
+EXPECTED = {
+    "CANCELLED",
+    "CANCELLING",
+    "DEFAULT_CONFIG",
+    "ERROR_KIND_CANCELLED",
+    "ERROR_KIND_CRASHED",
+    "ERROR_KIND_REFUSED",
+    "FAILED",
+    "QUEUED",
+    "REAPED_REASON",
+    "RUNNING",
+    "SUCCEEDED",
+    "TERMINAL_STATUSES",
+    "UNREADABLE_PLAN_REASON",
+    "DurationLearningMiddleware",
+    "InvalidJobId",
+    "Job",
+    "JobCancelled",
+    "JobCost",
+    "JobProgress",
+    "JobRefused",
+    "JobStoreError",
+    "JobsConfig",
+    "KindImportError",
+    "Status",
+    "cancel_job",
+    "enqueue",
+    "error_kind_of",
+    "estimate",
+    "get_job",
+    "get_job_progress",
+    "list_jobs",
+    "predict_total_s",
+    "register_kind",
+    "snapshot",
+    "summarize",
+    "to_dict",
+}
+
+
+def test_all_is_exactly_the_public_surface():
+    assert set(nw.jobs.__all__) == EXPECTED
+    public = {n for n in dir(nw.jobs) if not n.startswith("_")}
+    submodules = {
+        "body",
+        "costing",
+        "errors",
+        "eta",
+        "events",
+        "facade",
+        "ids",
+        "kinds",
+        "learning",
+        "liveness",
+        "model",
+        "records",
+        "recovery",
+        "runtime",
+        "status",
+        "stores",
+        "wake",
+    }
+    assert public - submodules - EXPECTED == set()
+
+
+def test_status_constants_are_their_json_values():
+    assert {"succeeded", "failed", "cancelled"} == nw.jobs.TERMINAL_STATUSES
+    assert [s.value for s in nw.jobs.Status] == [
+        "queued",
+        "running",
+        "cancelling",
+        "succeeded",
+        "failed",
+        "cancelled",
+    ]
+    assert nw.jobs.DEFAULT_CONFIG.n_min == 3 and nw.jobs.DEFAULT_CONFIG.heartbeat_stale_s == 120.0
