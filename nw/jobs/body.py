@@ -62,17 +62,22 @@ class Launch:
     secrets: Mapping[str, str] | None = None
     retryable: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event | None = None
+    """Set when the process is shutting down: the body is asked to stop at its
+    next boundary and the job goes back to the queue for another worker."""
 
 
 class CancelProbe:
     """``should_cancel()``: the local flag, else the store, read at most every 0.25 s."""
 
-    def __init__(self, store: JobStore, job_id: str, flag: threading.Event):
-        self._store, self._job_id, self._flag = store, job_id, flag
+    def __init__(
+        self, store: JobStore, job_id: str, flag: threading.Event, stopping: threading.Event | None
+    ):
+        self._store, self._job_id, self._flag, self._stopping = store, job_id, flag, stopping
         self._checked = 0.0
 
     def __call__(self) -> bool:
-        if self._flag.is_set():
+        if self._flag.is_set() or (self._stopping is not None and self._stopping.is_set()):
             return True
         now = time.monotonic()
         if now - self._checked >= _CANCEL_POLL_S:
@@ -145,7 +150,7 @@ def run_attempt(
     offered = {
         "job_id": job_id,
         "on_event": sink,
-        "should_cancel": CancelProbe(store, job_id, launch.cancel),
+        "should_cancel": CancelProbe(store, job_id, launch.cancel, launch.stopping),
         "secrets": dict(launch.secrets or {}),
         "resume": rec.get("resume"),
     }
@@ -170,17 +175,32 @@ def run_attempt(
         fields |= events.result_patch(record, value)
         meta["cached"] = meta["cached"] or bool(fields.get("cached"))
         fields |= {"error": None, "error_kind": None}
-        store.finish(
+        _written(
+            store.finish(
+                job_id,
+                au_status=ComputationStatus.COMPLETED,
+                result=value,
+                error=None,
+                fields=fields,
+                attempt=attempt,
+            ),
             job_id,
-            au_status=ComputationStatus.COMPLETED,
-            result=value,
-            error=None,
-            fields=fields,
-            attempt=attempt,
+            attempt,
         )
         return ComputationResult(value, ComputationStatus.COMPLETED, metadata=meta)
     kind = error_kind_of(error)
     message = redact(_describe(error), launch.secrets)
+    stopping = launch.stopping is not None and launch.stopping.is_set()
+    if stopping and not _cancel_requested(store, job_id, launch):
+        # Stopped for a shutdown, not by a person: resumable by the next worker.
+        ok = store.requeue(
+            job_id,
+            fields={"error": None, "error_kind": None},
+            not_before=config.clock(),
+            attempt=attempt,
+        )
+        _written(ok, job_id, attempt)
+        return ComputationResult(None, ComputationStatus.CANCELLED, metadata=meta)
     fields |= {"error": message, "error_kind": kind}
     if isinstance(error, JobRefused):
         fields["error_detail"] = _jsonable({"d": error.detail})["d"]
@@ -188,17 +208,20 @@ def run_attempt(
         log.warning("job %s body raised %s", job_id, type(error).__name__)
     elif kind == "crashed":
         log.error("job %s crashed: %s", job_id, message)
-    if launch.retryable and kind == "crashed" and attempt < int(rec.get("max_attempts") or 1):
+    retry = launch.retryable and kind == "crashed" and attempt < int(rec.get("max_attempts") or 1)
+    if retry and not _cancel_requested(store, job_id, launch):
         delay = retry_delay(attempt, config)
         fields.pop("finished_at")
-        store.requeue(job_id, fields=fields, not_before=config.clock() + delay, attempt=attempt)
+        ok = store.requeue(
+            job_id, fields=fields, not_before=config.clock() + delay, attempt=attempt
+        )
     else:
         au_status = (
             ComputationStatus.CANCELLED
             if kind == ERROR_KIND_CANCELLED
             else ComputationStatus.FAILED
         )
-        store.finish(
+        ok = store.finish(
             job_id,
             au_status=au_status,
             result=None,
@@ -206,9 +229,24 @@ def run_attempt(
             fields=fields,
             attempt=attempt,
         )
+    _written(ok, job_id, attempt)
     return ComputationResult(
         None, ComputationStatus.FAILED, error=RuntimeError(message), metadata=meta
     )
+
+
+def _written(ok: bool, job_id: str, attempt: int) -> None:
+    if not ok:
+        log.warning(
+            "job %s: attempt %s is no longer current; its outcome was refused", job_id, attempt
+        )
+
+
+def _cancel_requested(store: JobStore, job_id: str, launch: Launch) -> bool:
+    if launch.cancel.is_set():
+        return True
+    row = store.get(job_id)
+    return row is None or bool(row.record.get("cancel_requested"))
 
 
 def _describe(error: BaseException) -> str:

@@ -69,10 +69,20 @@ class PooledThreadBackend(ThreadBackend):
 class Runtime:
     """Runs bodies for one store in this process."""
 
-    def __init__(self, store: JobStore, config: JobsConfig, *, role: str = "inproc"):
+    def __init__(
+        self,
+        store: JobStore,
+        config: JobsConfig,
+        *,
+        role: str = "inproc",
+        runner_id: str | None = None,
+        info: dict[str, Any] | None = None,
+        on_release: Callable[[str], None] | None = None,
+    ):
         self.store = store
         self.config = config
-        self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._on_release = on_release
         self.learning = DurationLearningMiddleware(record=self._learn, config=config)
         self.backend = PooledThreadBackend([self.learning], config.max_concurrent)
         self._held: dict[str, Launch] = {}
@@ -82,7 +92,7 @@ class Runtime:
         self._beater: threading.Thread | None = None
         store.register_runner(
             self.runner_id,
-            {"role": role, "host": socket.gethostname(), "pid": os.getpid()},
+            {"role": role, "host": socket.gethostname(), "pid": os.getpid(), **(info or {})},
             now=config.clock(),
         )
 
@@ -143,6 +153,12 @@ class Runtime:
         with self._lock:
             self._held.pop(job_id, None)
             self._idle.notify_all()
+        if self._on_release is not None:
+            self._on_release(job_id)
+
+    def held(self) -> list[str]:
+        with self._lock:
+            return list(self._held)
 
     @property
     def busy(self) -> int:

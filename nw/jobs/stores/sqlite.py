@@ -284,7 +284,7 @@ class SqliteJobStore(JobStore):
         return r is not None and (attempt is None or r[0] == attempt)
 
     def _patch(self, c: sqlite3.Connection, job_id: str, fields: Mapping[str, Any]) -> None:
-        sets, args, paths = [], [], []
+        sets, col_args, paths, doc_args = [], [], [], []
         for name, value in fields.items():
             if not _FIELD_NAME.fullmatch(name):
                 raise ValueError(f"not a record field name: {name!r}")
@@ -292,17 +292,20 @@ class SqliteJobStore(JobStore):
                 continue
             if name in COLUMNS:
                 sets.append(f"{name} = ?")
-                args.append(int(bool(value)) if name == "cancel_requested" else value)
+                col_args.append(int(bool(value)) if name == "cancel_requested" else value)
             else:
                 paths.append(f"'$.{name}', json(?)")
-                args.append(_dumps(value))
-        if name_actor := fields.get("actor"):
+                doc_args.append(_dumps(value))
+        if "actor" in fields:
             sets.append("actor_id = ?")
-            args.append(actor_id_of({"actor": name_actor}))
+            col_args.append(actor_id_of(fields))
         if paths:
             sets.append(f"doc = json_set(doc, {', '.join(paths)})")
         if sets:
-            c.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ?", (*args, job_id))
+            c.execute(
+                f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ?",
+                (*col_args, *doc_args, job_id),
+            )
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
         with self._cursor(write=True) as c:

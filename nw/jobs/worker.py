@@ -1,0 +1,297 @@
+"""The worker process (tier 2): claims queued jobs of registered kinds and runs them.
+
+``nw-jobs worker --project DIR [--project DIR ...] [--import MODULE ...]``
+
+One loop per process: claim as many due jobs as there are free slots (oldest
+first, atomically, so N workers never run one job twice), run them on the
+project's bounded pool, and claim again at once while there is a backlog.
+Idle, it sleeps on its wake address (enqueue sends it a datagram, or a
+PostgreSQL NOTIFY) with a slow poll as the fallback. At boot and every
+heartbeat interval it reaps jobs whose worker stopped beating, with the same
+predicate the facade uses. SIGTERM/SIGINT: stop claiming, ask running bodies
+to stop at their next boundary (their jobs go back to the queue), wait up to
+``shutdown_grace_s``, then put back whatever is still running and exit.
+
+Secrets come from this process, never from the store: environment variables
+``NW_SECRET_<NAME>`` become ``secrets["<name>"]``, or ``--secrets
+module:callable`` (called with the kind and params) provides them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from au import ComputationStatus
+
+from nw.jobs import kinds, recovery
+from nw.jobs.body import Launch
+from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
+from nw.jobs.records import JobRow
+from nw.jobs.runtime import Runtime
+from nw.jobs.stores import open_store
+from nw.project import Project, as_project
+
+log = logging.getLogger("nw.jobs.worker")
+
+IDLE_POLL_S = 0.5
+SecretsProvider = Callable[[str, Mapping[str, Any]], Mapping[str, str]]
+
+
+def env_secrets(kind: str, params: Mapping[str, Any]) -> dict[str, str]:
+    """``NW_SECRET_FAL=…`` -> ``{"fal": "…"}`` (the default provider)."""
+    prefix = "NW_SECRET_"
+    return {k[len(prefix) :].lower(): v for k, v in os.environ.items() if k.startswith(prefix)}
+
+
+class Worker:
+    def __init__(
+        self,
+        projects: Sequence[Project | str],
+        *,
+        config: JobsConfig = DEFAULT_CONFIG,
+        kinds_: Sequence[str] | None = None,
+        secrets: SecretsProvider = env_secrets,
+    ):
+        if not projects:
+            raise ValueError("a worker needs at least one project")
+        self.config = config
+        self.projects = [as_project(p) for p in projects]
+        self._kinds = list(kinds_) if kinds_ is not None else None
+        self._secrets = secrets
+        self.stopping = threading.Event()
+        self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self.runtimes: list[Runtime] = []
+        self._listener = None
+        for project in self.projects:
+            store = open_store(project, config, create=True)
+            if self._listener is None:
+                self._listener = store.wake_listener(self.runner_id)
+            rt = Runtime(
+                store,
+                config,
+                role="worker",
+                runner_id=self.runner_id,
+                info={"wake": self._listener.address, "kinds": self._kinds},
+                on_release=self._released,
+            )
+            self.runtimes.append(rt)
+
+    # ----- bookkeeping -----------------------------------------------------------
+    def _released(self, job_id: str) -> None:
+        with self._busy_lock:
+            self._busy -= 1
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wake our own loop (a slot freed, or we are stopping)."""
+        store = self.runtimes[0].store if self.runtimes else None
+        if store is not None and self._listener is not None and self._listener.address:
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                    sock.sendto(b"!", "\0" + self._listener.address)
+            except OSError:
+                pass
+
+    def kinds(self) -> list[str]:
+        return self._kinds if self._kinds is not None else kinds.registered_kinds()
+
+    @property
+    def busy(self) -> int:
+        with self._busy_lock:
+            return self._busy
+
+    # ----- the loop --------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Reap what dead workers left running (at boot and periodically)."""
+        reaped = []
+        for rt in self.runtimes:
+            try:
+                reaped += recovery.reap_stale(rt.store, self.config.clock(), self.config, rt.holds)
+            except Exception:
+                log.exception("reaping %s failed", rt.store)
+        if reaped:
+            log.warning("recovered %d job(s) whose worker was gone", len(reaped))
+        return reaped
+
+    def claim_once(self) -> int:
+        """Claim up to the free slots across projects; how many were started."""
+        started = 0
+        names = self.kinds()
+        for rt in self.runtimes:
+            free = self.config.max_concurrent - self.busy
+            if free <= 0 or self.stopping.is_set():
+                break
+            try:
+                rows = rt.store.claim(
+                    names, now=self.config.clock(), runner_id=self.runner_id, limit=free
+                )
+            except Exception:
+                log.exception("claiming from %s failed", rt.store)
+                continue
+            for row in rows:
+                self._launch(rt, row)
+                started += 1
+        return started
+
+    def _launch(self, rt: Runtime, row: JobRow) -> None:
+        rec = row.record
+        with self._busy_lock:
+            self._busy += 1
+        spec = kinds.kind_spec(rec["kind"])
+        try:
+            if spec is None:
+                raise kinds.KindImportError(
+                    f"kind {rec['kind']!r} is not registered in this worker"
+                )
+            fn = spec.load()
+        except kinds.KindImportError as exc:
+            log.error("%s", exc)
+            rt.store.finish(
+                rec["job_id"],
+                au_status=ComputationStatus.FAILED,
+                result=None,
+                error=str(exc),
+                fields={
+                    "finished_at": self.config.clock(),
+                    "error": str(exc),
+                    "error_kind": "crashed",
+                },
+                attempt=rec["attempt"],
+            )
+            self._released(rec["job_id"])
+            return
+        try:
+            secrets = dict(self._secrets(rec["kind"], rec.get("params") or {}))
+        except Exception:
+            log.exception("secrets provider failed for kind %s", rec["kind"])
+            secrets = {}
+        launch = Launch(
+            fn=fn,
+            project=_project_of(rt, self),
+            secrets=secrets,
+            retryable=spec.retryable,
+            stopping=self.stopping,
+        )
+        rt.run_claimed(row, launch)
+
+    def run(self) -> int:
+        """Serve until ``stopping`` is set; returns the process exit code."""
+        self.recover()
+        last_reap = time.monotonic()
+        log.info(
+            "worker %s serving %d project(s), kinds: %s",
+            self.runner_id,
+            len(self.runtimes),
+            ", ".join(self.kinds()) or "none",
+        )
+        while not self.stopping.is_set():
+            if self.claim_once():
+                continue  # a backlog drains without waiting
+            if time.monotonic() - last_reap >= self.config.heartbeat_interval_s:
+                last_reap = time.monotonic()
+                self.recover()
+            self._listener.wait(IDLE_POLL_S)
+        return self._drain()
+
+    def _drain(self) -> int:
+        deadline = time.monotonic() + self.config.shutdown_grace_s
+        for rt in self.runtimes:
+            rt.wait_idle(timeout=max(deadline - time.monotonic(), 0.0))
+        leftover = 0
+        for rt in self.runtimes:
+            for job_id in rt.held():  # still running after the grace: put them back
+                row = rt.store.get(job_id)
+                if row is not None and row.status.value == "running":
+                    rt.store.requeue(
+                        job_id,
+                        fields={},
+                        not_before=self.config.clock(),
+                        attempt=row.record["attempt"],
+                    )
+                    leftover += 1
+            rt.close(wait=False)
+        if self._listener is not None:
+            self._listener.close()
+        log.info(
+            "worker %s stopped (%d job(s) requeued after the grace period)",
+            self.runner_id,
+            leftover,
+        )
+        return 0
+
+    def stop(self, *_: Any) -> None:
+        self.stopping.set()
+        self._poke()
+
+
+def _project_of(rt: Runtime, worker: Worker) -> Project:
+    return worker.projects[worker.runtimes.index(rt)]
+
+
+def _load_secrets_provider(path: str) -> SecretsProvider:
+    spec = kinds.KindSpec("secrets", path)
+    return spec.load()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nw-jobs worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--project", action="append", default=[], metavar="DIR")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module that registers kinds (beside the nw.jobs.kinds entry points)",
+    )
+    parser.add_argument("--max-concurrent", type=int, default=None)
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--secrets", default=None, metavar="MODULE:CALLABLE")
+    parser.add_argument("--heartbeat-interval", type=float, default=None)
+    parser.add_argument("--heartbeat-stale", type=float, default=None)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    for module in args.imports:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            print(f"nw-jobs worker: cannot import {module!r}: {exc}", file=sys.stderr)
+            return 2
+    overrides: dict[str, Any] = {}
+    if args.max_concurrent is not None:
+        overrides["max_concurrent"] = args.max_concurrent
+    if args.database_url:
+        overrides["database_url"] = args.database_url
+    if args.heartbeat_interval is not None:
+        overrides["heartbeat_interval_s"] = args.heartbeat_interval
+    if args.heartbeat_stale is not None:
+        overrides["heartbeat_stale_s"] = args.heartbeat_stale
+    try:
+        config = JobsConfig(**overrides)
+        projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
+        secrets = _load_secrets_provider(args.secrets) if args.secrets else env_secrets
+        worker = Worker(projects, config=config, secrets=secrets)
+    except (ValueError, kinds.KindImportError) as exc:
+        print(f"nw-jobs worker: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, worker.stop)
+    signal.signal(signal.SIGINT, worker.stop)
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

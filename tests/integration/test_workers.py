@@ -1,0 +1,213 @@
+"""Tier 2 and 3 with real worker processes: claims, recovery, fencing, drain, cancel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import pytest
+
+from nw import jobs
+from tests.fixtures import bodies
+from tests.helpers import wait_until
+from tests.integration.workers import ROOT, start_worker, stop
+
+pytestmark = pytest.mark.slow
+
+FAST = jobs.JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0, stale_running_s=2.0)
+
+
+@pytest.fixture(autouse=True)
+def _kinds():
+    bodies.register_all()
+
+
+def done(project, job_id, timeout=30):
+    return wait_until(
+        lambda: (j := jobs.get_job(project, job_id, config=FAST)) and j.is_terminal and j,
+        timeout=timeout,
+        what=f"job {job_id[:8]}",
+    )
+
+
+def test_four_workers_run_each_of_400_jobs_exactly_once(project, tmp_path):
+    log = tmp_path / "ran.log"
+    queued = [
+        jobs.enqueue(project, "t.noop", {"i": i, "log": str(log)}, config=FAST) for i in range(400)
+    ]
+    assert {j.status for j in queued} == {jobs.QUEUED}
+    workers = [start_worker(project) for _ in range(4)]
+    try:
+        wait_until(
+            lambda: len(jobs.list_jobs(project, status="succeeded", limit=500, config=FAST)) == 400,
+            timeout=60,
+            what="400 jobs done",
+        )
+    finally:
+        for w in workers:
+            stop(w)
+    counts = Counter(log.read_text().split())
+    assert len(counts) == 400 and set(counts.values()) == {1}
+    assert all(w.returncode == 0 for w in workers)
+
+
+def test_kill_9_mid_job_is_recovered_and_a_retryable_job_resumes_without_paying_twice(
+    project, tmp_path
+):
+    log, hold = tmp_path / "provider.log", tmp_path / "hold"
+    hold.write_text("x")
+    job = jobs.enqueue(project, "t.paid", {"log": str(log), "hold_file": str(hold)}, config=FAST)
+    first = start_worker(project)
+    try:
+        wait_until(lambda: log.exists() and "submit" in log.read_text(), what="provider submit")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        hold.unlink()
+        second = start_worker(project)
+        try:
+            finished = done(project, job.job_id)
+        finally:
+            stop(second)
+    finally:
+        stop(first)
+    assert finished.status == jobs.SUCCEEDED
+    assert finished.attempt == 2 and finished.max_attempts == 3
+    lines = log.read_text().split("\n")
+    assert sum(line.startswith("submit") for line in lines) == 1
+    assert any(line.startswith("poll req-") for line in lines)
+    assert finished.artifact_ref == "vid-1" and finished.cost.actual_usd == 0.4
+
+
+def test_a_paused_worker_cannot_overwrite_the_attempt_that_replaced_it(project, tmp_path):
+    log, first_log = tmp_path / "sleepy.log", tmp_path / "first-worker.log"
+    job = jobs.enqueue(project, "t.sleepy", {"seconds": 1.5, "log": str(log)}, config=FAST)
+    first = start_worker(project, log_path=first_log)
+    try:
+        wait_until(lambda: log.exists() and "start" in log.read_text(), what="first attempt")
+        first.send_signal(signal.SIGSTOP)  # alive but silent: its beat goes stale
+        second = start_worker(project)
+        try:
+            replaced = done(project, job.job_id)
+            assert replaced.status == jobs.SUCCEEDED and replaced.attempt == 2
+            first.send_signal(signal.SIGCONT)  # the old attempt finishes and tries to write
+            # the old attempt's body runs on, then tries to write its outcome: refused
+            wait_until(
+                lambda: "is no longer current" in first_log.read_text(),
+                what="the stale attempt's refused write",
+            )
+            final = jobs.get_job(project, job.job_id, config=FAST)
+            assert (final.attempt, final.status, final.run_id) == (
+                2,
+                jobs.SUCCEEDED,
+                replaced.run_id,
+            )
+        finally:
+            stop(second)
+    finally:
+        first.send_signal(signal.SIGCONT)
+        stop(first)
+    trail = jobs.get_job_progress(project, job.job_id, limit=10_000, config=FAST)
+    assert trail and all(b["attempt"] in (1, 2) for b in trail)
+
+
+def test_sigterm_drains_and_leaves_the_job_resumable(project, tmp_path):
+    job = jobs.enqueue(project, "t.sleepy", {"seconds": 30}, config=FAST)
+    worker = start_worker(project)
+    try:
+        wait_until(lambda: jobs.get_job(project, job.job_id, config=FAST).status == jobs.RUNNING)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+    finally:
+        stop(worker)
+    back = jobs.get_job(project, job.job_id, config=FAST)
+    assert back.status == jobs.QUEUED and back.error is None
+
+
+def test_cross_process_cancel_of_running_and_of_queued_jobs(project, tmp_path):
+    log = tmp_path / "noop.log"
+    queued = jobs.enqueue(project, "t.noop", {"i": 1, "log": str(log)}, config=FAST)
+    assert jobs.cancel_job(project, queued.job_id, config=FAST).status == jobs.CANCELLED
+    running = jobs.enqueue(project, "t.sleepy", {"seconds": 30}, config=FAST)
+    worker = start_worker(project)
+    try:
+        wait_until(
+            lambda: jobs.get_job(project, running.job_id, config=FAST).status == jobs.RUNNING
+        )
+        jobs.cancel_job(project, running.job_id, config=FAST)
+        ended = done(project, running.job_id, timeout=5)
+        assert ended.status == jobs.CANCELLED and ended.error_kind == "cancelled"
+    finally:
+        stop(worker)
+    assert not log.exists()  # the queued job that was cancelled never ran
+    assert jobs.get_job(project, queued.job_id, config=FAST).status == jobs.CANCELLED
+
+
+def test_a_kind_that_does_not_import_fails_its_job_and_the_worker_lives_on(project, tmp_path):
+    broken = jobs.enqueue(project, "t.broken", {}, config=FAST)
+    worker = start_worker(project)
+    try:
+        failed = done(project, broken.job_id)
+        good = jobs.enqueue(project, "t.noop", {"i": 2}, config=FAST)
+        assert done(project, good.job_id).status == jobs.SUCCEEDED
+        assert worker.poll() is None
+    finally:
+        stop(worker)
+    assert failed.status == jobs.FAILED
+    assert "tests.fixtures.no_such_module:render" in failed.error
+
+
+def test_a_worker_takes_secrets_from_its_own_environment(project):
+    job = jobs.enqueue(project, "t.secret", {}, config=FAST)
+    worker = start_worker(project, env={"NW_SECRET_FAL": "worker-key-123"})
+    try:
+        result = done(project, job.job_id).result
+    finally:
+        stop(worker)
+    assert result == {"names": ["fal"], "fal_len": len("worker-key-123")}
+
+
+def test_a_web_process_enqueues_and_reads_without_importing_the_body(project):
+    script = textwrap.dedent(f"""
+        import sys, time
+        from nw import jobs
+        jobs.register_kind("t.noop", "tests.fixtures.bodies:noop")
+        cfg = jobs.JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0)
+        job = jobs.enqueue({str(project.root)!r}, "t.noop", {{"i": 5}}, config=cfg)
+        deadline = time.monotonic() + 30
+        while not jobs.get_job({str(project.root)!r}, job.job_id, config=cfg).is_terminal:
+            assert time.monotonic() < deadline, "job did not finish"
+            time.sleep(0.01)
+        print(jobs.get_job({str(project.root)!r}, job.job_id, config=cfg).status)
+        print("tests.fixtures.bodies" in sys.modules)
+    """)
+    worker = start_worker(project)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": ROOT},
+            timeout=60,
+        )
+    finally:
+        stop(worker)
+    assert out.stdout.split() == ["succeeded", "False"], out.stderr
+
+
+def test_the_progress_trail_is_kept_per_job_oldest_first(project):
+    job = jobs.enqueue(project, "t.sleepy", {"seconds": 0.3}, config=FAST)
+    worker = start_worker(project)
+    try:
+        done(project, job.job_id)
+    finally:
+        stop(worker)
+    trail = jobs.get_job_progress(project, job.job_id, limit=1000, config=FAST)
+    assert len(trail) >= 5
+    assert [b["ts"] for b in trail] == sorted(b["ts"] for b in trail)
+    assert trail[0]["message"] == "step 1"
+    tail = jobs.get_job_progress(project, job.job_id, limit=3, config=FAST)
+    assert tail == trail[-3:]
