@@ -65,6 +65,9 @@ class Launch:
     stopping: threading.Event | None = None
     """Set when the process is shutting down: the body is asked to stop at its
     next boundary and the job goes back to the queue for another worker."""
+    timeout_s: float | None = None
+    cancel_on_timeout: bool = False
+    overdue: bool = False
 
 
 class CancelProbe:

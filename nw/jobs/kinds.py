@@ -27,6 +27,8 @@ class KindSpec:
     target: str | Callable
     retryable: bool = False
     max_attempts: int | None = None
+    timeout_s: float | None = None
+    cancel_on_timeout: bool = False
 
     @property
     def path(self) -> str:
@@ -63,6 +65,8 @@ def register_kind(
     *,
     retryable: bool = False,
     max_attempts: int | None = None,
+    timeout_s: float | None = None,
+    cancel_on_timeout: bool = False,
 ) -> KindSpec:
     """Bind ``name`` to ``"module:attr"`` (or a callable). Re-registering replaces."""
     if not isinstance(name, str) or not name.strip():
@@ -73,7 +77,9 @@ def register_kind(
         raise TypeError("kind target must be 'module:attr' or a callable")
     if max_attempts is not None and max_attempts < 1:
         raise ValueError("max_attempts must be >= 1")
-    spec = KindSpec(name, target, retryable, max_attempts)
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError("timeout_s must be > 0")
+    spec = KindSpec(name, target, retryable, max_attempts, timeout_s, cancel_on_timeout)
     with _LOCK:
         _KINDS[name] = spec
     return spec

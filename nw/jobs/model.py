@@ -99,6 +99,11 @@ class JobsConfig:
     """Base of the exponential retry backoff (jittered)."""
     shutdown_grace_s: float = 30.0
     """How long a stopping worker lets running bodies reach a boundary."""
+    job_timeout_s: float | None = None
+    """A body running longer is reported (log + ``label_hint``); None: no limit.
+    Checked at each heartbeat, so it is as coarse as ``heartbeat_interval_s``."""
+    cancel_on_timeout: bool = False
+    """Also request cancellation of a body past its time limit."""
 
     # --- storage ---
     jobs_dirname: str = ".nw/jobs"

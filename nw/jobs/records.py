@@ -88,6 +88,9 @@ def new_record(
     }
 
 
+OVERDUE_HINT = "past its time limit"
+
+
 def unreadable_record(job_id: str, why: str) -> dict[str, Any]:
     """Stand-in for a record that cannot be decoded: reads as FAILED, says why."""
     return {
@@ -123,6 +126,9 @@ def project(row: JobRow, now: float, config: JobsConfig) -> Job:
         elapsed = (finished if finished is not None else now) - started
     view = eta.project_eta(rec, status.value, elapsed_s=elapsed, config=config)
     live = status.value in ("queued", "running", "cancelling")
+    label_hint = view.label_hint
+    if live and rec.get("overdue_at") is not None:
+        label_hint = OVERDUE_HINT
     eta_ts = _dt(now + view.eta_s) if (view.eta_s is not None and live) else None
     result = row.result
     error = rec.get("error") or row.error
@@ -153,7 +159,7 @@ def project(row: JobRow, now: float, config: JobsConfig) -> Job:
         eta_s=_round(view.eta_s) if live else None,
         pct=view.pct,
         confidence=view.confidence,
-        label_hint=view.label_hint,
+        label_hint=label_hint,
         eta_key=rec.get("eta_key"),
         cost=JobCost(
             estimated_usd=rec.get("estimated_usd"),

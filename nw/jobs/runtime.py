@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -180,10 +181,27 @@ class Runtime:
 
     def beat_once(self) -> None:
         with self._lock:
-            running = [j for j in self._held if self.learning.holds(j)]
-        cancelled = self.store.beat(running, now=self.config.clock(), runner_id=self.runner_id)
+            running = {j: la for j, la in self._held.items() if self.learning.holds(j)}
+        now = self.config.clock()
+        cancelled = self.store.beat(list(running), now=now, runner_id=self.runner_id)
         for job_id in cancelled:
             self.local_cancel(job_id)
+        for job_id, launch in running.items():
+            self._check_overdue(job_id, launch, now)
+
+    def _check_overdue(self, job_id: str, launch: Launch, now: float) -> None:
+        limit = launch.timeout_s or self.config.job_timeout_s
+        started = self.learning.started.get(job_id)
+        if launch.overdue or not limit or started is None:
+            return
+        if time.monotonic() - started <= limit:
+            return
+        launch.overdue = True
+        log.warning("job %s has run past its time limit of %ss", job_id, limit)
+        self.store.patch(job_id, {"overdue_at": now, "timeout_s": limit}, attempt=None)
+        if launch.cancel_on_timeout or self.config.cancel_on_timeout:
+            self.store.request_cancel(job_id, now=now)
+            launch.cancel.set()
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.config.heartbeat_interval_s):

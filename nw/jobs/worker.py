@@ -184,6 +184,8 @@ class Worker:
             secrets=secrets,
             retryable=spec.retryable,
             stopping=self.stopping,
+            timeout_s=spec.timeout_s,
+            cancel_on_timeout=spec.cancel_on_timeout,
         )
         rt.run_claimed(row, launch)
 

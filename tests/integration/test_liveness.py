@@ -89,3 +89,32 @@ def test_a_held_job_is_not_reaped_even_when_its_beat_is_old(project, gate):
     )
     assert jobs.get_job(project, job.job_id, config=later).status == jobs.RUNNING
     assert jobs.get_job(project, job.job_id, config=later).worker_responsive is False
+
+
+def test_a_body_past_its_time_limit_is_reported_and_cancelled_when_allowed(project, gate):
+    report = jobs.JobsConfig(heartbeat_interval_s=0.05, heartbeat_stale_s=5, job_timeout_s=0.2)
+    job = jobs.enqueue(project, "r", {}, dispatch={"r": gate}, config=report)
+    overdue = wait_until(
+        lambda: (
+            (j := jobs.get_job(project, job.job_id, config=report)).label_hint
+            == "past its time limit"
+            and j
+        ),
+        what="the overdue report",
+    )
+    assert overdue.status == jobs.RUNNING  # reported, not stopped
+    gate.release.set()
+    wait_until(lambda: jobs.get_job(project, job.job_id, config=report).is_terminal)
+    from nw.jobs.runtime import shutdown_runtimes
+
+    shutdown_runtimes()
+    stopping = jobs.JobsConfig(
+        heartbeat_interval_s=0.05, heartbeat_stale_s=5, job_timeout_s=0.2, cancel_on_timeout=True
+    )
+    gate2 = type(gate)()
+    other = jobs.enqueue(project, "r", {"n": 2}, dispatch={"r": gate2}, config=stopping)
+    ended = wait_until(
+        lambda: (j := jobs.get_job(project, other.job_id, config=stopping)).is_terminal and j,
+        what="the cancel on timeout",
+    )
+    assert ended.status == jobs.CANCELLED and gate2.release.is_set() is False
