@@ -135,6 +135,8 @@ def enqueue(
         actor=_actor(actor),
     )
     record["retryable"] = retryable
+    if rt is not None:  # the process that holds the callable owns the queued job
+        record["runner_id"] = rt.runner_id
     row, created = store.create(record, claimable=fn is None)
     if created and rt is not None:
         capture = capture_context() if capture_context is not None else None

@@ -9,7 +9,9 @@ process holds it and its heartbeat is stale (older than
 ``heartbeat_stale_s``) or, when it never beat, it started more than
 ``stale_running_s`` ago. Every start stamps a first beat, so a killed worker
 is found within ``heartbeat_stale_s``; the long rule only covers records that
-never beat at all.
+never beat at all. A job queued for an in-process body (``runner == "local"``)
+can only ever run in the process that enqueued it, so it is closed when that
+process's runner beat is stale or gone: otherwise it would wait forever.
 """
 
 from __future__ import annotations
@@ -47,8 +49,13 @@ def should_reap(
     config: JobsConfig,
     *,
     held_here: bool,
+    owner_beat_at: float | None = None,
 ) -> bool:
-    if status not in _LIVE or held_here:
+    if held_here:
+        return False
+    if status == "queued" and record.get("runner") == "local":
+        return owner_beat_at is None or now - owner_beat_at >= config.heartbeat_stale_s
+    if status not in _LIVE:
         return False
     fresh = heartbeat_is_fresh(record, now, config)
     if fresh is not None:

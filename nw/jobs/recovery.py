@@ -29,6 +29,16 @@ def reap(store: JobStore, row: JobRow, now: float, config: JobsConfig) -> bool:
     rec = row.record
     attempt = rec.get("attempt")
     status = row.status.value
+    if status == "queued" and rec.get("runner") == "local":
+        log.warning("job %s: the process that queued it is gone", rec["job_id"])
+        return store.finish(
+            rec["job_id"],
+            au_status=ComputationStatus.FAILED,
+            result=None,
+            error=REAPED_REASON,
+            fields={"finished_at": now, "error": REAPED_REASON, "error_kind": "crashed"},
+            attempt=attempt,
+        )
     if status == "cancelling":
         return store.finish(
             rec["job_id"],
@@ -61,6 +71,33 @@ def reap(store: JobStore, row: JobRow, now: float, config: JobsConfig) -> bool:
     )
 
 
+def _owner_beat(store: JobStore, row: JobRow, beats: dict[str, float] | None) -> float | None:
+    """The last beat of the process that owns a queued in-process job."""
+    if row.status.value != "queued" or row.record.get("runner") != "local":
+        return None
+    if beats is None:
+        beats = {r["runner_id"]: r["beat_at"] for r in store.runners()}
+    return beats.get(row.record.get("runner_id") or "")
+
+
+def _dead(
+    store: JobStore,
+    row: JobRow,
+    now: float,
+    config: JobsConfig,
+    held: bool,
+    beats: dict[str, float] | None = None,
+) -> bool:
+    return liveness.should_reap(
+        row.status.value,
+        row.record,
+        now,
+        config,
+        held_here=held,
+        owner_beat_at=_owner_beat(store, row, beats),
+    )
+
+
 def maybe_reap(
     store: JobStore,
     row: JobRow,
@@ -70,9 +107,9 @@ def maybe_reap(
 ) -> JobRow:
     """The row, re-read after a reap when the liveness rule says the job is dead."""
     job_id = row.record["job_id"]
-    if not liveness.should_reap(
-        row.status.value, row.record, now, config, held_here=held_here(job_id)
-    ):
+    if row.status.value not in ("queued", "running", "cancelling"):
+        return row
+    if not _dead(store, row, now, config, held_here(job_id)):
         return row
     reap(store, row, now, config)
     return store.get(job_id) or row

@@ -118,3 +118,37 @@ def test_a_body_past_its_time_limit_is_reported_and_cancelled_when_allowed(proje
         what="the cancel on timeout",
     )
     assert ended.status == jobs.CANCELLED and gate2.release.is_set() is False
+
+
+def test_jobs_queued_in_a_process_that_died_do_not_wait_forever(project, cfg):
+    script = textwrap.dedent(f"""
+        import time
+        from nw import jobs
+        cfg = jobs.JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0, max_concurrent=1)
+        body = {{"slow": lambda project, params: time.sleep(60)}}
+        root = {str(project.root)!r}
+        first = jobs.enqueue(root, "slow", {{"n": 1}}, dispatch=body, config=cfg)
+        second = jobs.enqueue(root, "slow", {{"n": 2}}, dispatch=body, config=cfg)
+        while jobs.get_job(root, first.job_id, config=cfg).status != "running":
+            time.sleep(0.01)
+        print(first.job_id, second.job_id, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    try:
+        first, second = proc.stdout.readline().split()
+        assert jobs.get_job(project, second, config=cfg).status == jobs.QUEUED
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    for job_id in (first, second):
+        ended = wait_until(
+            lambda j=job_id: (x := jobs.get_job(project, j, config=cfg)).is_terminal and x,
+            what="the orphaned job to be closed",
+        )
+        assert ended.status == jobs.FAILED and ended.error == jobs.REAPED_REASON
