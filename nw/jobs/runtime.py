@@ -108,7 +108,12 @@ class Runtime:
 
     # ----- running ---------------------------------------------------------------
     def holds(self, job_id: str) -> bool:
-        return self.learning.holds(job_id)
+        """This process holds the job: running it (the learning middleware's
+        started map) or keeping it queued for a free pool thread."""
+        if self.learning.holds(job_id):
+            return True
+        with self._lock:
+            return job_id in self._held
 
     def local_cancel(self, job_id: str) -> None:
         with self._lock:
