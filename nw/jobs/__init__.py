@@ -3,7 +3,13 @@
 The public surface is exactly ``__all__`` (pinned by a test).
 """
 
-from nw.jobs.errors import JobCancelled, JobRefused, JobStoreError, error_kind_of
+from nw.jobs.errors import (
+    BudgetExceeded,
+    JobCancelled,
+    JobRefused,
+    JobStoreError,
+    error_kind_of,
+)
 from nw.jobs.eta import predict_total_s
 from nw.jobs.facade import (
     cancel_job,
@@ -13,6 +19,7 @@ from nw.jobs.facade import (
     get_job_progress,
     list_jobs,
     snapshot,
+    spend,
     summarize,
 )
 from nw.jobs.ids import InvalidJobId
@@ -54,6 +61,7 @@ __all__ = [
     "SUCCEEDED",
     "TERMINAL_STATUSES",
     "UNREADABLE_PLAN_REASON",
+    "BudgetExceeded",
     "DurationLearningMiddleware",
     "InvalidJobId",
     "Job",
@@ -75,6 +83,7 @@ __all__ = [
     "predict_total_s",
     "register_kind",
     "snapshot",
+    "spend",
     "summarize",
     "to_dict",
 ]

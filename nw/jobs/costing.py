@@ -1,23 +1,41 @@
-"""The cost gate: a job's identity basis, its quoted cost and the approval rule.
+"""The cost gate: a job's identity basis, its quoted cost, approval and budget.
 
 ``quote_for`` reads the params once and answers everything ``enqueue`` and
-``estimate`` need: the dedup basis (the plan hash when a plan is given, else
-the params hash), today's estimated cost, and whether it needs approval.
+``estimate`` need: the dedup basis (the plan hash when ``params["plan"]`` is
+given, else the params hash), today's estimated cost, and whether it needs
+approval. With a plan, the plan decides: it is re-quoted at today's rates
+(``nw.pricing.current_quote``) and a caller's ``params["estimated_usd"]`` is
+only reported beside it (``caller_estimated_usd``), never used. Without one
+the caller's figure is all there is, and ``quote`` is None to say so.
+
+A plan that cannot be identified (wrong shape, or a value with no canonical
+form) is refused by ``enqueue`` and quoted as unknown by ``estimate``, with
+``UNREADABLE_PLAN_REASON`` for the person and the exception in the log.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
+from nw import plans, pricing
 from nw.jobs import ids
-from nw.jobs.model import JobsConfig
+from nw.jobs.errors import BudgetExceeded
+from nw.jobs.model import UNREADABLE_PLAN_REASON, JobsConfig
 from nw.project import Project
+
+log = logging.getLogger("nw.jobs")
+#: Float noise allowed when a quote lands exactly on the cap.
+_CAP_EPSILON_USD = 1e-9
 
 
 @dataclass(frozen=True)
 class Quote:
-    identity: str
+    identity: str | None
+    """The dedup basis; None only for ``estimate`` of an unreadable plan."""
     estimated_usd: float | None
     has_unknown_costs: bool
     quote: dict[str, Any] | None = None
@@ -39,28 +57,127 @@ class Quote:
             out["reason"] = self.reason
         return out
 
-    def gate(self, store: Any, *, approved: bool, config: JobsConfig) -> None:
-        """Refuse (before any write) what a budget does not allow."""
-        return None
+    def gate(
+        self,
+        store: Any,
+        *,
+        approved: bool,
+        config: JobsConfig,
+        job_id: str | None = None,
+    ) -> None:
+        """Refuse, before anything is written, what the project's budget does not allow.
+
+        ``store`` is the project's store, or None when it has none yet (nothing
+        committed). A resubmit of a live job is a dedup, not new spend, so it
+        passes. An unknown quote under a cap passes only with ``approved=True``
+        and only while committed spend is below the cap. ``approved`` never
+        lifts a known quote over the cap.
+        """
+        cap = config.budget_usd
+        if cap is None:
+            return
+        if store is not None and job_id is not None:
+            row = store.get(job_id)
+            if row is not None and row.status.value in ("queued", "running", "cancelling"):
+                return
+        totals = store.spend() if store is not None else NO_SPEND
+        committed = float(totals["actual_usd"]) + float(totals["live_estimated_usd"])
+        lower = bool(totals["lower_bound"]) or int(totals["live_unknown"]) > 0
+        quote = self.estimated_usd
+        if quote is None:
+            if approved and committed < cap:
+                return
+        elif committed + quote <= cap + _CAP_EPSILON_USD:
+            return
+        raise BudgetExceeded(
+            cap_usd=cap,
+            committed_usd=committed,
+            quote_usd=quote,
+            committed_is_lower_bound=lower,
+            needs_approval=quote is None and not approved,
+        )
+
+
+NO_SPEND: Mapping[str, Any] = MappingProxyType(
+    {"actual_usd": 0.0, "live_estimated_usd": 0.0, "live_unknown": 0, "lower_bound": False}
+)
 
 
 def _usd(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    return pricing.as_usd(value)
+
+
+def with_plan_dict(params: Any) -> Any:
+    """``params`` with a live plan object replaced by its dict form, checked to
+    be identifiable; ``PlanError`` (``NonCanonicalPlan``) when it is not.
+
+    ``enqueue`` stores params as JSON and hands the stored params to the body,
+    so the body always receives the dict form (``falaw.plan_from_dict`` turns
+    it back into a Plan)."""
+    if not isinstance(params, Mapping) or params.get("plan") is None:
+        return params
+    plan = plans.as_plan_dict(params["plan"])
+    plans.plan_hash(plan)
+    return {**params, "plan": plan}
 
 
 def quote_for(
     project: Project,
     kind: str,
-    params: dict[str, Any],
+    params: Mapping[str, Any],
     config: JobsConfig,
     *,
     for_estimate: bool = False,
 ) -> Quote:
-    estimated = _usd(params.get("estimated_usd"))
+    """The quote for these params (see the module doc). For ``enqueue``
+    (``for_estimate=False``) an unidentifiable plan raises ``PlanError``."""
+    caller = _usd(params.get("estimated_usd"))
+    if params.get("plan") is None:
+        return Quote(
+            identity=ids.params_hash(params),
+            estimated_usd=caller,
+            has_unknown_costs=caller is None,
+        )
+    try:
+        plan = plans.read_plan(params["plan"])
+        identity = plans.plan_hash(plan)
+    except plans.PlanError:
+        if not for_estimate:
+            raise
+        log.warning("estimate: params['plan'] cannot be read as a plan", exc_info=True)
+        unreadable = {
+            "status": pricing.STATUS_UNKNOWN,
+            "total_usd": None,
+            "as_of_total_usd": None,
+            "unknown_calls": None,
+            "calls": [],
+            "caller_estimated_usd": caller,
+            "reason": UNREADABLE_PLAN_REASON,
+        }
+        return Quote(None, None, True, unreadable, caller, UNREADABLE_PLAN_REASON)
+    today = pricing.current_quote(plan, rates_path=config.rates_path, pricers=config.pricers)
     return Quote(
-        identity=ids.params_hash(params),
-        estimated_usd=estimated,
-        has_unknown_costs=estimated is None,
+        identity=identity,
+        estimated_usd=today.total_usd,
+        has_unknown_costs=today.total_usd is None,
+        quote={**today.to_dict(), "caller_estimated_usd": caller},
+        caller_estimated_usd=caller,
     )
+
+
+def spend_view(totals: Mapping[str, Any], config: JobsConfig) -> dict[str, Any]:
+    """A project's committed spend from the store's totals (see ``facade.spend``)."""
+    actual = float(totals["actual_usd"])
+    live = float(totals["live_estimated_usd"])
+    unknown = int(totals["live_unknown"])
+    total = actual + live
+    cap = config.budget_usd
+    return {
+        "actual_usd": actual,
+        "live_estimated_usd": live,
+        "total_usd": total,
+        "live_unknown_count": unknown,
+        "is_lower_bound": bool(totals["lower_bound"]) or unknown > 0,
+        "budget_usd": cap,
+        "remaining_usd": None if cap is None else cap - total,
+    }

@@ -9,6 +9,7 @@ retried attempt can resume instead of paying again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,6 +46,40 @@ def _unknown_flag(current: bool | None, reported: Any) -> bool | None:
     return bool(current or bool(reported))
 
 
+def _money(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def cost_patch(record: Mapping[str, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The cost fields an event or a terminal result reports, the same on both paths.
+
+    The actual is ``actual_usd`` (or ``cost_usd_actual``); the honesty flag is
+    ``has_unknown_costs`` (or ``actual_is_lower_bound``). An actual that is
+    reported but is not a finite non-negative number is an unknown cost: it
+    is dropped and the actual becomes a lower bound.
+    """
+    patch: dict[str, Any] = {}
+    reported = [payload[k] for k in ("actual_usd", "cost_usd_actual") if k in payload]
+    if reported:
+        actual = _money(reported[0])
+        if actual is not None:
+            patch["actual_usd"] = actual
+    savings = _money(payload.get("cache_hit_savings_usd"))
+    if savings is not None:
+        patch["cache_hit_savings_usd"] = savings
+    flags = [payload.get(k) for k in ("has_unknown_costs", "actual_is_lower_bound")]
+    flags = [f for f in flags if f is not None]
+    said = any(bool(f) for f in flags) if flags else None
+    if reported and reported[0] is not None and _money(reported[0]) is None:
+        said = True
+    flag = _unknown_flag(record.get("actual_is_lower_bound"), said)
+    if flag is not None and flag != record.get("actual_is_lower_bound"):
+        patch["actual_is_lower_bound"] = flag
+    return patch
+
+
 def event_patch(record: Mapping[str, Any], event: Any) -> dict[str, Any]:
     """The record fields an event changes (may be empty)."""
     if not isinstance(event, Mapping):
@@ -61,13 +96,7 @@ def event_patch(record: Mapping[str, Any], event: Any) -> dict[str, Any]:
     kind = event_kind(event)
     if kind == "cache_hit" or event.get("cache_hit") is True:
         patch["cached"] = True
-    if isinstance(event.get("actual_usd"), (int, float)):
-        patch["actual_usd"] = float(event["actual_usd"])
-    if isinstance(event.get("cache_hit_savings_usd"), (int, float)):
-        patch["cache_hit_savings_usd"] = float(event["cache_hit_savings_usd"])
-    flag = _unknown_flag(record.get("actual_is_lower_bound"), event.get("has_unknown_costs"))
-    if flag is not None and flag != record.get("actual_is_lower_bound"):
-        patch["actual_is_lower_bound"] = flag
+    patch |= cost_patch(record, event)
     ref = artifact_of(event)
     if ref is not None:
         patch["artifact_ref"] = ref
@@ -82,14 +111,9 @@ def result_patch(record: Mapping[str, Any], result: Any) -> dict[str, Any]:
     """Reconcile a terminal result into cost and artifact fields."""
     if not isinstance(result, Mapping):
         return {}
-    patch: dict[str, Any] = {}
-    if isinstance(result.get("cost_usd_actual"), (int, float)):
-        patch["actual_usd"] = float(result["cost_usd_actual"])
-    if isinstance(result.get("cache_hit_savings_usd"), (int, float)):
-        patch["cache_hit_savings_usd"] = float(result["cache_hit_savings_usd"])
-    flag = _unknown_flag(record.get("actual_is_lower_bound"), result.get("has_unknown_costs"))
-    if flag is not None:
-        patch["actual_is_lower_bound"] = flag
+    patch = cost_patch(record, result)
+    if record.get("actual_is_lower_bound") is not None:
+        patch.setdefault("actual_is_lower_bound", record["actual_is_lower_bound"])
     if result.get("cache_hit") is True:
         patch["cached"] = True
     ref = artifact_of(result)

@@ -16,7 +16,7 @@ from typing import Any
 
 from au.base import ComputationBackend
 
-from nw.jobs import eta, ids, kinds, recovery
+from nw.jobs import costing, eta, ids, kinds, recovery
 from nw.jobs.body import Launch
 from nw.jobs.costing import quote_for
 from nw.jobs.model import DEFAULT_CONFIG, Job, JobsConfig, Status
@@ -85,14 +85,23 @@ def enqueue(
     kind, else in a worker process when the kind is registered. A live job
     with the same idempotency key is returned instead of a second one.
 
+    With ``params["plan"]`` the job's key is the plan's ``nw.plans.plan_hash``
+    and its ``cost.estimated_usd`` is the plan re-quoted at today's rates (a
+    caller's ``params["estimated_usd"]`` is ignored). A live ``falaw.Plan``
+    is accepted and stored (and handed to the body) as its ``plan_to_dict``
+    form, which has the same hash.
+
     Raises ``TypeError`` (params not JSON-able, naming the key), ``KeyError``
-    (unknown kind), ``ValueError`` (malformed ``units``), and the cost gate's
-    ``BudgetExceeded``; in every case before anything is written.
+    (unknown kind), ``ValueError`` (malformed ``units``), ``nw.plans.PlanError``
+    (a plan that cannot be identified: ``NonCanonicalPlan`` when a value in it
+    has no canonical form), and ``BudgetExceeded`` (over ``config.budget_usd``,
+    or an unknown cost under a cap without ``approved=True``); in every case
+    before anything is written.
     """
     proj = as_project(project)
     if not isinstance(kind, str) or not kind:
         raise KeyError(f"kind must be a non-empty string, got {kind!r}")
-    params = ids.check_json_params(params)
+    params = ids.check_json_params(costing.with_plan_dict(params))
     units = ids.check_units(params)
     fn = dispatch.get(kind) if dispatch else None
     spec = kinds.kind_spec(kind)
@@ -106,9 +115,10 @@ def enqueue(
     if not isinstance(basis, str) or not basis:
         raise ValueError("idempotency_key must be a non-empty string")
     job_id = ids.job_id_for(proj.project_id, kind, basis)
+    existing = shared_store(proj, config, create=False)
+    quote.gate(existing, approved=approved, config=config, job_id=job_id)
     rt = _runtime(proj, config) if fn is not None else None
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
-    quote.gate(store, approved=approved, config=config)
     plan = eta.eta_plan(params, units, config)
     prediction = eta.predict_total_s(
         plan.candidates,
@@ -297,18 +307,37 @@ def estimate(
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> dict[str, Any]:
     """Dry-run cost gate: ``{estimated_usd, has_unknown_costs, approval_threshold_usd,
-    requires_approval, quote}``; writes nothing."""
-    params = ids.check_json_params(params) if not _has_plan_object(params) else dict(params)
+    requires_approval, quote}``; writes nothing.
+
+    With ``params["plan"]`` (a dict or a live ``falaw.Plan``) the plan is
+    re-quoted at today's rates and ``quote`` is ``nw.pricing.PlanQuote`` as a
+    dict plus ``caller_estimated_usd`` (what ``params["estimated_usd"]`` said,
+    reported, never used). A plan that cannot be read gives
+    ``estimated_usd: None`` and ``reason: UNREADABLE_PLAN_REASON`` (the error
+    goes to the log). Without a plan the estimate is ``params["estimated_usd"]``
+    and ``quote`` is None. Unknown cost always requires approval. Raises
+    ``ValueError`` on malformed ``units``, like ``enqueue``.
+    """
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict, not {type(params).__name__}")
+    ids.check_json_params({k: v for k, v in params.items() if k != "plan"})
     ids.check_units(params)
-    return quote_for(as_project(project), kind, params, config, for_estimate=True).as_estimate(
-        config
-    )
+    quote = quote_for(as_project(project), kind, dict(params), config, for_estimate=True)
+    return quote.as_estimate(config)
 
 
-def _has_plan_object(params: Any) -> bool:
-    return (
-        isinstance(params, Mapping) and "plan" in params and not isinstance(params["plan"], Mapping)
-    )
+def spend(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dict[str, Any]:
+    """The project's committed spend; writes nothing.
+
+    ``{actual_usd, live_estimated_usd, total_usd, live_unknown_count,
+    is_lower_bound, budget_usd, remaining_usd}``: the actual spend of finished
+    jobs plus the estimates of live ones. ``is_lower_bound`` is True when a
+    finished job's actual is a lower bound or was never reported, or a live
+    job's estimate is unknown: the real total may be higher (and
+    ``remaining_usd`` lower)."""
+    store, _ = _reader(as_project(project), config)
+    totals = store.spend() if store is not None else costing.NO_SPEND
+    return costing.spend_view(totals, config)
 
 
 def _check_status(status: str | Status | None) -> str | None:

@@ -89,6 +89,8 @@ class JobsConfig:
     """Per-project spend cap (None: no cap)."""
     rates_path: str | None = None
     """A folder or file of rate tables that replaces the shipped ones."""
+    pricers: Mapping[str, Any] | None = field(default=None, compare=False)
+    """Extra ``nw.pricing`` pricers by cost-basis ``pricer`` name (over the shipped ones)."""
 
     # --- execution ---
     max_concurrent: int = 3

@@ -16,6 +16,7 @@ EXPECTED = {
     "SUCCEEDED",
     "TERMINAL_STATUSES",
     "UNREADABLE_PLAN_REASON",
+    "BudgetExceeded",
     "DurationLearningMiddleware",
     "InvalidJobId",
     "Job",
@@ -37,6 +38,7 @@ EXPECTED = {
     "predict_total_s",
     "register_kind",
     "snapshot",
+    "spend",
     "summarize",
     "to_dict",
 }
