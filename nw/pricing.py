@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import threading
 from collections.abc import Mapping
@@ -54,6 +55,7 @@ from typing import Any, Protocol
 
 from nw import plans
 
+log = logging.getLogger("nw.pricing")
 RATE_TABLE_PRICER = "rate_table"
 #: unit -> the basis quantity it is priced by, and the divisor of that quantity.
 UNITS: Mapping[str, tuple[str, float]] = {
@@ -127,10 +129,21 @@ def parse_table(doc: Any, source: str = "<table>") -> RateTable:
 
 
 def load_table(path: str | Path) -> RateTable:
+    return _parse_bytes(Path(path), _read(Path(path)))
+
+
+def _read(path: Path) -> bytes:
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        return path.read_bytes()
+    except OSError as exc:
         raise RateTableError(f"rate table {str(path)!r} cannot be read: {exc}") from None
+
+
+def _parse_bytes(path: Path, raw: bytes) -> RateTable:
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise RateTableError(f"rate table {str(path)!r} is not JSON: {exc}") from None
     return parse_table(doc, repr(str(path)))
 
 
@@ -146,26 +159,28 @@ def _table_files(path: Path) -> list[Path]:
     raise RateTableError(f"rates path {str(path)!r} does not exist")
 
 
-_CACHE: dict[str, tuple[tuple, dict[str, RateTable]]] = {}
+_CACHE: dict[str, tuple[tuple[tuple[str, bytes], ...], dict[str, RateTable]]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
 def rate_tables(rates_path: str | Path | None = None) -> dict[str, RateTable]:
     """Tables by id from ``rates_path`` (a file or a folder of ``*.json``), else
-    the shipped ones. Re-read when a file changes (by size and mtime)."""
+    the shipped ones. The files are read on every call (they are small) and
+    parsed again only when their bytes changed, so an edit takes effect at once."""
     path = Path(rates_path) if rates_path is not None else shipped_rates_path()
     files = _table_files(path)
     if not files:
         raise RateTableError(f"rates path {str(path)!r} holds no *.json rate table")
-    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    contents = tuple((file, _read(file)) for file in files)
+    stamp = tuple((str(file), raw) for file, raw in contents)
     key = str(path.resolve())
     with _CACHE_LOCK:
         cached = _CACHE.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
     tables: dict[str, RateTable] = {}
-    for file in files:
-        table = load_table(file)
+    for file, raw in contents:
+        table = _parse_bytes(file, raw)
         if table.id in tables:
             raise RateTableError(
                 f"rate table id {table.id!r} is in both {tables[table.id].source} and "
@@ -432,7 +447,10 @@ def _quote_one(index: int, call: Mapping[str, Any], pricers: Mapping[str, Pricer
         usd = as_usd(priced.usd)
         if usd is None:
             raise Unpriceable(f"pricer {basis.pricer!r} returned {priced.usd!r}")
-    except Unpriceable as exc:
+    except Exception as exc:  # a pricer's bug is an unknown price, never a crashed quote
+        if not isinstance(exc, Unpriceable):
+            log.warning("pricer %r failed on call %d", basis.pricer, index, exc_info=True)
+            exc = Unpriceable(f"pricer {basis.pricer!r} failed ({type(exc).__name__})")
         return CallQuote(
             **head, status=STATUS_UNKNOWN, usd=None, as_of_usd=as_of, reason=str(exc), **where
         )
@@ -442,7 +460,9 @@ def _quote_one(index: int, call: Mapping[str, Any], pricers: Mapping[str, Pricer
         status=STATUS_UNCHANGED if same else STATUS_CHANGED,
         usd=usd,
         as_of_usd=as_of,
-        **where | {"table": priced.table or where["table"]},
+        pricer=basis.pricer,
+        table=priced.table or basis.table or None,
+        table_version_then=where["table_version_then"],
         table_version_now=priced.table_version or None,
     )
 
