@@ -58,7 +58,7 @@ class BudgetExceeded(Exception):
 
 def _money(usd: float) -> str:
     """Cents, unless that would hide a sub-cent figure."""
-    return f"${usd:.2f}" if round(usd, 2) == usd else f"${usd:.6g}"
+    return f"${usd:.2f}" if abs(round(usd, 2) - usd) < 1e-9 else f"${usd:.6g}"
 
 
 def error_kind_of(error: BaseException) -> str:
