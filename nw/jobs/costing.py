@@ -11,6 +11,9 @@ the caller's figure is all there is, and ``quote`` is None to say so.
 A plan that cannot be identified (wrong shape, or a value with no canonical
 form) is refused by ``enqueue`` and quoted as unknown by ``estimate``, with
 ``UNREADABLE_PLAN_REASON`` for the person and the exception in the log.
+A ``plan`` of None is no plan. With a plan the identity is the plan hash
+alone: the plan is the billable work, so other params (a title) do not split
+it into two jobs.
 """
 
 from __future__ import annotations
