@@ -147,7 +147,13 @@ def enqueue(
     record["retryable"] = retryable
     if rt is not None:  # the process that holds the callable owns the queued job
         record["runner_id"] = rt.runner_id
-    row, created = store.create(record, claimable=fn is None)
+    admit = None
+    if config.budget_usd is not None:  # re-checked where concurrent enqueues serialise
+
+        def admit() -> None:
+            quote.gate(store, approved=approved, config=config, job_id=job_id)
+
+    row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
         capture = capture_context() if capture_context is not None else None
         rt.submit(

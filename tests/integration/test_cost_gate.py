@@ -516,3 +516,52 @@ def test_a_finished_lower_bound_makes_the_spend_a_floor(project, config):
     finished(project, job.job_id, config)
     out = jobs.spend(project, config=config)
     assert out["actual_usd"] == pytest.approx(0.3) and out["is_lower_bound"] is True
+
+
+def test_concurrent_enqueues_cannot_both_pass_the_budget(project, gate):
+    import threading
+
+    capped = jobs.JobsConfig(budget_usd=1.0)
+    barrier = threading.Barrier(6)
+    admitted, refused = [], []
+
+    def submit(i):
+        barrier.wait()
+        try:
+            admitted.append(
+                jobs.enqueue(
+                    project,
+                    "r",
+                    {"i": i, "estimated_usd": 0.6},
+                    dispatch={"r": gate},
+                    config=capped,
+                )
+            )
+        except BudgetExceeded:
+            refused.append(i)
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(admitted) == 1 and len(refused) == 5
+    assert count_jobs(project) == 1
+
+
+def test_a_job_cancelled_before_it_started_does_not_make_spend_a_lower_bound(project, gate):
+    one = jobs.JobsConfig(max_concurrent=1)
+
+    def exact(project, params, **kw):
+        gate(project, params, should_cancel=kw["should_cancel"], on_event=kw["on_event"])
+        return {"cost_usd_actual": 0.2, "has_unknown_costs": False}
+
+    blocker = jobs.enqueue(project, "b", {}, dispatch={"b": exact}, config=one)
+    assert gate.started.wait(5)
+    never = jobs.enqueue(project, "r", {"n": 2}, dispatch={"r": exact}, config=one)
+    assert jobs.cancel_job(project, never.job_id, config=one).status == jobs.CANCELLED
+    gate.release.set()
+    wait_until(lambda: jobs.get_job(project, blocker.job_id, config=one).is_terminal)
+    view = jobs.spend(project, config=one)
+    assert view["actual_usd"] == 0.2
+    assert view["is_lower_bound"] is False

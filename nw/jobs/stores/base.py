@@ -20,7 +20,7 @@ overwrite a newer attempt or a final state.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,10 +69,19 @@ class JobStore(ABC):
 
     # ----- the atomic transitions -----------------------------------------------
     @abstractmethod
-    def create(self, record: dict[str, Any], *, claimable: bool) -> tuple[JobRow, bool]:
+    def create(
+        self,
+        record: dict[str, Any],
+        *,
+        claimable: bool,
+        admit: Callable[[], None] | None = None,
+    ) -> tuple[JobRow, bool]:
         """Put-if-absent: a new queued job (au PENDING) and True; an existing live
         job with that id and False; an existing finished job is replaced by the
-        new run (and True). ``claimable`` lets worker processes claim it."""
+        new run (and True). ``claimable`` lets worker processes claim it.
+        ``admit`` (the budget gate) runs inside the same transaction, after the
+        dedup check and serialised with every other ``create`` of the project;
+        an exception from it aborts the create with nothing written."""
 
     @abstractmethod
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
@@ -156,7 +165,8 @@ class JobStore(ABC):
         """Committed spend in one query: ``actual_usd`` (sum over finished jobs),
         ``live_estimated_usd`` (sum of estimates of unfinished jobs),
         ``live_unknown`` (unfinished jobs with no estimate), ``lower_bound``
-        (True when any finished job's actual is a lower bound or unreported)."""
+        (True when any job that started and finished has an actual that is a
+        lower bound or was never reported; a job that never started spent nothing)."""
 
     # ----- waking idle workers --------------------------------------------------
     def wake_listener(self, runner_id: str) -> Any:

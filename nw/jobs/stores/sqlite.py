@@ -19,7 +19,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
@@ -219,14 +219,23 @@ class SqliteJobStore(JobStore):
             (cols["job_id"], utc_iso(cols["created_at"]), cols["attempt"], queue_at),
         )
 
-    def create(self, record: dict[str, Any], *, claimable: bool) -> tuple[JobRow, bool]:
+    def create(
+        self,
+        record: dict[str, Any],
+        *,
+        claimable: bool,
+        admit: Callable[[], None] | None = None,
+    ) -> tuple[JobRow, bool]:
         job_id = record["job_id"]
-        with self._cursor(write=True) as c:
+        with self._cursor(write=True) as c:  # BEGIN IMMEDIATE: one writer at a time
             r = c.execute(_SELECT + " WHERE j.job_id = ?", (job_id,)).fetchone()
             if r is not None:
                 existing = self._row(r)
                 if existing.status.value in ("queued", "running", "cancelling"):
                     return existing, False
+            if admit is not None:
+                admit()  # reads through this same connection, inside the transaction
+            if r is not None:
                 c.execute("DELETE FROM progress WHERE job_id = ?", (job_id,))
             self._insert(c, record, record["created_at"] if claimable else None)
         return JobRow(dict(record), "pending"), True
@@ -487,7 +496,7 @@ class SqliteJobStore(JobStore):
             actual, lower = c.execute(
                 "SELECT coalesce(sum(json_extract(doc, '$.actual_usd')), 0.0),"
                 " coalesce(max(json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)"
-                " FROM jobs WHERE finished_at IS NOT NULL"
+                " FROM jobs WHERE finished_at IS NOT NULL AND started_at IS NOT NULL"
             ).fetchone()
             live, unknown = c.execute(
                 "SELECT coalesce(sum(json_extract(doc, '$.estimated_usd')), 0.0),"
