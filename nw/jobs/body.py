@@ -198,7 +198,7 @@ def run_attempt(
         # Stopped for a shutdown, not by a person: resumable by the next worker.
         ok = store.requeue(
             job_id,
-            fields={"error": None, "error_kind": None},
+            fields={"error": None, "error_kind": None, **events.carry_cost(record)},
             not_before=config.clock(),
             attempt=attempt,
         )
@@ -215,6 +215,7 @@ def run_attempt(
     if retry and not _cancel_requested(store, job_id, launch):
         delay = retry_delay(attempt, config)
         fields.pop("finished_at")
+        fields |= events.carry_cost(record)
         ok = store.requeue(
             job_id, fields=fields, not_before=config.clock() + delay, attempt=attempt
         )

@@ -145,3 +145,20 @@ def progress_beat(event: Mapping[str, Any], now: float) -> dict[str, Any] | None
         "message": None if message is None else str(message)[:500],
         "stage": stage or None,
     }
+
+
+def carry_cost(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Fields for a requeue: what this attempt spent is kept as spent by
+    earlier attempts, so a retried job's actual is the sum over attempts."""
+    spent = record.get("actual_usd")
+    if not isinstance(spent, (int, float)) or isinstance(spent, bool):
+        return {}
+    prior = record.get("prior_actual_usd") or 0.0
+    return {"prior_actual_usd": float(prior) + float(spent), "actual_usd": None}
+
+
+def total_actual(record: Mapping[str, Any]) -> float | None:
+    prior, now = record.get("prior_actual_usd"), record.get("actual_usd")
+    if prior is None:
+        return now
+    return float(prior) + float(now or 0.0)

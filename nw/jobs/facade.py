@@ -128,7 +128,9 @@ def enqueue(
         units=units,
         config=config,
     )
-    retryable = bool(spec and spec.retryable)
+    # Retries are the worker tier's: a requeued job is claimed by a worker, and
+    # an in-process body's callable lives only in the process that enqueued it.
+    retryable = bool(fn is None and spec and spec.retryable)
     max_attempts = spec.max_attempts if spec and spec.max_attempts else config.max_attempts
     record = new_record(
         job_id=job_id,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from nw.jobs import eta, liveness
+from nw.jobs import eta, events, liveness
 from nw.jobs.model import (
     FAILED,
     UNREADABLE_RECORD_REASON,
@@ -163,7 +163,7 @@ def project(row: JobRow, now: float, config: JobsConfig) -> Job:
         eta_key=rec.get("eta_key"),
         cost=JobCost(
             estimated_usd=rec.get("estimated_usd"),
-            actual_usd=rec.get("actual_usd"),
+            actual_usd=events.total_actual(rec),
             cache_hit_savings_usd=rec.get("cache_hit_savings_usd"),
             actual_is_lower_bound=rec.get("actual_is_lower_bound"),
         ),

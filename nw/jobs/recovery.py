@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from au import ComputationStatus
 
-from nw.jobs import liveness
+from nw.jobs import events, liveness
 from nw.jobs.body import retry_delay
 from nw.jobs.model import REAPED_REASON, JobsConfig
 from nw.jobs.records import JobRow
@@ -56,7 +56,7 @@ def reap(store: JobStore, row: JobRow, now: float, config: JobsConfig) -> bool:
         log.warning("job %s: worker lost, retrying (attempt %s)", rec["job_id"], attempt)
         return store.requeue(
             rec["job_id"],
-            fields={"error": REAPED_REASON, "error_kind": "crashed"},
+            fields={"error": REAPED_REASON, "error_kind": "crashed", **events.carry_cost(rec)},
             not_before=now + retry_delay(int(attempt or 1), config),
             attempt=attempt,
         )

@@ -34,7 +34,7 @@ from typing import Any
 
 from au import ComputationStatus
 
-from nw.jobs import kinds, recovery
+from nw.jobs import events, kinds, recovery
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.records import JobRow
@@ -219,7 +219,7 @@ class Worker:
                 if row is not None and row.status.value == "running":
                     rt.store.requeue(
                         job_id,
-                        fields={},
+                        fields=events.carry_cost(row.record),
                         not_before=self.config.clock(),
                         attempt=row.record["attempt"],
                     )

@@ -211,3 +211,15 @@ def test_the_progress_trail_is_kept_per_job_oldest_first(project):
     assert trail[0]["message"] == "step 1"
     tail = jobs.get_job_progress(project, job.job_id, limit=3, config=FAST)
     assert tail == trail[-3:]
+
+
+def test_a_crashed_retryable_job_is_retried_and_its_spend_adds_up(project, tmp_path):
+    job = jobs.enqueue(project, "t.flaky", {"marker": str(tmp_path / "m")}, config=FAST)
+    worker = start_worker(project)
+    try:
+        ended = done(project, job.job_id)
+    finally:
+        stop(worker)
+    assert ended.status == jobs.SUCCEEDED and ended.attempt == 2
+    assert ended.cost.actual_usd == pytest.approx(0.5)
+    assert jobs.spend(project, config=FAST)["actual_usd"] == pytest.approx(0.5)

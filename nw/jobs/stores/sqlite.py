@@ -493,15 +493,17 @@ class SqliteJobStore(JobStore):
 
     def spend(self) -> dict[str, Any]:
         with self._cursor() as c:
-            actual, lower = c.execute(
-                "SELECT coalesce(sum(json_extract(doc, '$.actual_usd')), 0.0),"
-                " coalesce(max(json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)"
-                " FROM jobs WHERE finished_at IS NOT NULL AND started_at IS NOT NULL"
-            ).fetchone()
-            live, unknown = c.execute(
-                "SELECT coalesce(sum(json_extract(doc, '$.estimated_usd')), 0.0),"
-                " count(*) - count(json_extract(doc, '$.estimated_usd'))"
-                " FROM jobs WHERE finished_at IS NULL"
+            actual, lower, live, unknown = c.execute(
+                "SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)"
+                "   + CASE WHEN finished_at IS NULL THEN 0"
+                "     ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0),"
+                " coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL"
+                "   AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0),"
+                " coalesce(sum(CASE WHEN finished_at IS NULL"
+                "   THEN json_extract(doc, '$.estimated_usd') END), 0.0),"
+                " count(CASE WHEN finished_at IS NULL"
+                "   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)"
+                " FROM jobs"
             ).fetchone()
         return {
             "actual_usd": float(actual),
