@@ -27,47 +27,33 @@ log = logging.getLogger("nw.jobs")
 def reap(store: JobStore, row: JobRow, now: float, config: JobsConfig) -> bool:
     """Close (or requeue) one job known to need it; True if this call wrote."""
     rec = row.record
-    attempt = rec.get("attempt")
+    job_id, attempt = rec["job_id"], rec.get("attempt")
     status = row.status.value
     if status == "queued" and rec.get("runner") == "local":
-        log.warning("job %s: the process that queued it is gone", rec["job_id"])
-        return store.finish(
-            rec["job_id"],
-            au_status=ComputationStatus.FAILED,
-            result=None,
-            error=REAPED_REASON,
-            fields={"finished_at": now, "error": REAPED_REASON, "error_kind": "crashed"},
-            attempt=attempt,
-        )
-    if status == "cancelling":
-        return store.finish(
-            rec["job_id"],
-            au_status=ComputationStatus.CANCELLED,
-            result=None,
-            error=REAPED_REASON,
-            fields={
-                "finished_at": now,
-                "error": REAPED_REASON,
-                "error_kind": "cancelled",
-            },
-            attempt=attempt,
-        )
-    if rec.get("retryable") and int(attempt or 0) < int(rec.get("max_attempts") or 1):
-        log.warning("job %s: worker lost, retrying (attempt %s)", rec["job_id"], attempt)
+        log.warning("job %s: the process that queued it is gone", job_id)
+    elif status == "cancelling":
+        return _close(store, rec, now, ComputationStatus.CANCELLED, "cancelled")
+    elif rec.get("retryable") and int(attempt or 0) < int(rec.get("max_attempts") or 1):
+        log.warning("job %s: worker lost, retrying (attempt %s)", job_id, attempt)
         return store.requeue(
-            rec["job_id"],
+            job_id,
             fields={"error": REAPED_REASON, "error_kind": "crashed", **events.carry_cost(rec)},
             not_before=now + retry_delay(int(attempt or 1), config),
             attempt=attempt,
         )
-    log.warning("job %s: worker lost, failing it", rec["job_id"])
+    else:
+        log.warning("job %s: worker lost, failing it", job_id)
+    return _close(store, rec, now, ComputationStatus.FAILED, "crashed")
+
+
+def _close(store: JobStore, rec: dict, now: float, au_status: ComputationStatus, kind: str) -> bool:
     return store.finish(
         rec["job_id"],
-        au_status=ComputationStatus.FAILED,
+        au_status=au_status,
         result=None,
         error=REAPED_REASON,
-        fields={"finished_at": now, "error": REAPED_REASON, "error_kind": "crashed"},
-        attempt=attempt,
+        fields={"finished_at": now, "error": REAPED_REASON, "error_kind": kind},
+        attempt=rec.get("attempt"),
     )
 
 
