@@ -73,6 +73,17 @@ class JobsConfig:
     """Cold-start priors by output kind (per unit)."""
     default_prior_total_s: float = 30.0
     """Prior when even the output kind is unknown."""
+    p90_min_samples: int = 10
+    """Samples a key needs for a real p90; with fewer, p90 = p50 * overrun_factor."""
+    recency_half_life: float | None = 8.0
+    """Age (in samples) at which a duration sample weighs half the newest; None: equal
+    weights. Follows slow drift; steps are the change detector's job (see eta.py)."""
+    change_z: float | None = 3.5
+    """Robust z a level shift in a key's recent log-durations must exceed before the
+    older samples are re-levelled to it; None: no change detection (see eta.py)."""
+    progress_noise: float = 0.3
+    """Log-sd of the rate-based total (elapsed / fraction) at half progress; scales as
+    sqrt((1 - f) / f). Smaller trusts reported progress sooner (see eta.py)."""
 
     # --- liveness ---
     stale_running_s: float = 900.0
@@ -122,6 +133,11 @@ class JobsConfig:
             "sample_window_k": self.sample_window_k >= self.n_min,
             "pct_ceil": 0 < self.pct_ceil < 100,
             "overrun_factor": self.overrun_factor >= 1.0,
+            "p90_min_samples": self.p90_min_samples >= 2,
+            "recency_half_life": self.recency_half_life is None or self.recency_half_life > 0,
+            "change_z": self.change_z is None or self.change_z > 0,
+            "progress_noise": self.progress_noise > 0,
+            "cache_hit_floor_s": self.cache_hit_floor_s > 0,
             "heartbeat_interval_s": self.heartbeat_interval_s > 0,
             "heartbeat_stale_s": self.heartbeat_stale_s > self.heartbeat_interval_s,
             "max_concurrent": self.max_concurrent >= 1,
