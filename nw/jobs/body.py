@@ -22,6 +22,7 @@ from au import ComputationResult, ComputationStatus
 
 from nw.jobs import events
 from nw.jobs.errors import JobCancelled, JobRefused, error_kind_of
+from nw.jobs.eta import observed_fraction
 from nw.jobs.ids import check_json_params
 from nw.jobs.model import ERROR_KIND_CANCELLED, JobsConfig
 from nw.jobs.records import JobRow
@@ -101,6 +102,7 @@ class EventSink:
         self._attempt = row.record["attempt"]
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
+        self._points: list[tuple[float, float | None]] = []
 
     def __call__(self, event: Any) -> None:
         if isinstance(event, Mapping):
@@ -110,7 +112,15 @@ class EventSink:
             event.setdefault("event_id", f"{self._record.get('run_id')}:{next(self._seq)}")
             with self._lock:
                 patch = events.event_patch(self._record, event)
+                moved = any(
+                    name in patch and patch[name] != self._record.get(name)
+                    for name in ("fraction", "stage_index", "stage_count")
+                )
+                if moved:  # the ETA reads progress as (time it was reported) / fraction
+                    patch["progress_at"] = self._clock()
                 self._record.update(patch)
+                if moved:
+                    self._points.append((patch["progress_at"], observed_fraction(self._record)))
             if patch:
                 self._store.patch(self._job_id, _jsonable(patch), attempt=self._attempt)
             beat = events.progress_beat(event, self._clock())
@@ -126,6 +136,15 @@ class EventSink:
     def record(self) -> dict[str, Any]:
         with self._lock:
             return dict(self._record)
+
+    def progress_points(self, started: Any, finished: float) -> list[list[float]]:
+        """``[time share, fraction]`` of each progress report, for the ETA learner."""
+        if not isinstance(started, (int, float)) or finished <= started:
+            return []
+        with self._lock:
+            points = list(self._points)
+        span = finished - started
+        return [[(t - started) / span, f] for t, f in points if f is not None and t >= started]
 
 
 def _jsonable(patch: dict[str, Any]) -> dict[str, Any]:
@@ -173,6 +192,7 @@ def run_attempt(
         "output_kind": record.get("output_kind"),
         "units": record.get("units"),
         "cached": bool(record.get("cached")),
+        "progress": sink.progress_points(rec.get("started_at"), fields["finished_at"]),
     }
     if error is None:
         fields |= events.result_patch(record, value)

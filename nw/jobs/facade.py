@@ -120,10 +120,13 @@ def enqueue(
     rt = _runtime(proj, config) if fn is not None else None
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
     plan = eta.eta_plan(params, units, config)
+    samples = store.samples(
+        [*plan.candidates, *eta.progress_keys(plan)], window=config.sample_window_k
+    )
     prediction = eta.predict_total_s(
         plan.candidates,
         plan.output_kind,
-        durations=store.samples(plan.candidates, window=config.sample_window_k),
+        durations=samples,
         expected_cache_hit=plan.expected_cache_hit,
         units=units,
         config=config,
@@ -147,6 +150,7 @@ def enqueue(
         actor=_actor(actor),
     )
     record["retryable"] = retryable
+    record["eta_progress"] = eta.progress_curve(plan, samples, config)
     if rt is not None:  # the process that holds the callable owns the queued job
         record["runner_id"] = rt.runner_id
     admit = None

@@ -6,7 +6,16 @@ COMPLETED result at the end. A cache hit is never learned (it would drag the
 median to zero). The specific keys get the whole-job time; the coarse
 ``output_kind`` key means seconds per unit and is written only by a job that
 declared ``units`` (as elapsed / units) or whose only key is the coarse one,
-so a 4-image job never corrupts the single-image bucket.
+so a 4-image job never corrupts the single-image bucket (a job with specific
+keys that forgot ``units`` costs a cold coarse bucket, never a corrupted one).
+A job whose render reported progress also teaches, per specific key and
+tenth of reported progress, how far through its time it really was
+(``eta.progress_key``), so a progress bar that runs ahead of or behind the
+clock is read for what it means (see eta.py).
+
+Samples go through ``record`` (the runtime's ``store.add_samples``, which
+keeps the newest ``sample_window_k`` per key); the order they are kept in,
+newest last, is what the predictor's drift handling reads.
 
 Its ``started`` map (key -> monotonic start) is the in-process liveness
 signal the reaper consults: a job in it is held by a thread of this process.
@@ -14,6 +23,7 @@ signal the reaper consults: a job in it is held by a thread of this process.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -21,24 +31,61 @@ from typing import Any
 
 from au import ComputationResult, ComputationStatus, Middleware
 
+from nw.jobs import eta
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 
 
 def samples_to_learn(meta: Mapping[str, Any], elapsed_s: float) -> dict[str, float]:
-    """Which keys learn what from one finished job (pure)."""
-    if meta.get("cached"):
+    """Which keys learn what from one finished job (pure).
+
+    ``meta`` carries the job's ``eta_candidates``, ``output_kind``, ``units``
+    and ``cached``. Nothing is learned from a cache hit or a time that is not
+    a finite, non-negative number.
+    """
+    if meta.get("cached") or not _valid_seconds(elapsed_s):
         return {}
-    candidates = list(meta.get("eta_candidates") or ())
+    candidates = [k for k in meta.get("eta_candidates") or () if isinstance(k, str) and k]
     coarse = meta.get("output_kind")
     units = meta.get("units")
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        units = None
     specific = [k for k in candidates if k != coarse]
-    out = {k: elapsed_s for k in specific}
+    out = {k: float(elapsed_s) for k in specific}
     if coarse and coarse in candidates:
         if units:
-            out[coarse] = elapsed_s / units
+            out[coarse] = float(elapsed_s) / units
         elif not specific:
-            out[coarse] = elapsed_s
+            out[coarse] = float(elapsed_s)
+    out.update(progress_samples(specific, meta.get("progress")))
     return out
+
+
+def progress_samples(keys: list[str], points: Any) -> dict[str, float]:
+    """Calibration of reported progress: per specific key and progress bin, the last
+    report's (share of the job's time elapsed) / (reported fraction).
+
+    ``points`` are ``[time_share, fraction]`` pairs in report order, from the
+    job's event sink; nonsense pairs are skipped.
+    """
+    per_bin: dict[int, float] = {}
+    for point in points if isinstance(points, (list, tuple)) else ():
+        if not (isinstance(point, (list, tuple)) and len(point) == 2):
+            continue
+        share, fraction = point
+        if not (_valid_seconds(share) and _valid_seconds(fraction)):
+            continue
+        if 0 < share <= 1 and 0 < fraction <= 1:
+            per_bin[eta.progress_bin(fraction)] = share / fraction
+    return {eta.progress_key(k, b): rho for k in keys for b, rho in per_bin.items()}
+
+
+def _valid_seconds(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
 
 
 class DurationLearningMiddleware(Middleware):
