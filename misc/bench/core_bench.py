@@ -1,7 +1,7 @@
 """Core facade figures on the embedded store (issue 2). Prints; asserts nothing.
 
-    python misc/bench/core_bench.py            # full run (about a minute)
-    python misc/bench/core_bench.py --quick    # smaller sizes
+python misc/bench/core_bench.py            # full run (about a minute)
+python misc/bench/core_bench.py --quick    # smaller sizes
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from nw.jobs.runtime import existing_runtime, shutdown_runtimes
 from nw.jobs.stores import close_shared_stores, store_location
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bench_bodies  # noqa: E402,F401  (registers bench.noop)
+import bench_bodies  # noqa: F401  (registers bench.noop)
 
 
 def pct(values, q):
@@ -45,12 +45,18 @@ def fill(project, n, *, start=0):
 
 
 def timed(fn, repeat):
+    """Seconds per call of ``fn(i)`` for i in range(repeat)."""
     out = []
-    for _ in range(repeat):
+    for i in range(repeat):
         t0 = time.perf_counter()
-        fn()
+        fn(i)
         out.append(time.perf_counter() - t0)
     return out
+
+
+def render_params(i):
+    """What a real render's params look like to the ETA ladder (three keys)."""
+    return {"i": i, "model": "flux-dev", "operation": "text_to_image", "duration_s": 5}
 
 
 def disk_bytes(project):
@@ -72,11 +78,13 @@ def main():
 
     # enqueue call latency: queued for a worker (pure write path) and in-process
     p = nw.Project.init(base / "enqueue")
-    t = timed(lambda c=iter(range(10**9)): jobs.enqueue(p, "bench.noop", {"i": next(c)}), 1000)
+    t = timed(lambda i: jobs.enqueue(p, "bench.noop", render_params(i)), 1000)
     print(f"enqueue (queued for a worker)  p50 {ms(pct(t, 50))}  p99 {ms(pct(t, 99))}")
     p = nw.Project.init(base / "enqueue-inproc")
-    t = timed(lambda c=iter(range(10**9)): jobs.enqueue(p, "noop", {"i": next(c)},
-                                                        dispatch={"noop": noop}), 1000)
+    t = timed(
+        lambda i: jobs.enqueue(p, "noop", render_params(i), dispatch={"noop": noop}),
+        1000,
+    )
     print(f"enqueue (in-process body)      p50 {ms(pct(t, 50))}  p99 {ms(pct(t, 99))}")
     shutdown_runtimes()
 
@@ -100,18 +108,22 @@ def main():
     watcher.join()
     print(f"end to end, 300 no-op jobs     {300 / elapsed:.0f} jobs/s ({elapsed:.2f} s)")
     added = peak[0] - threads_before - 1  # the watcher itself
-    print(f"threads while running          {added} added (max_concurrent="
-          f"{jobs.DEFAULT_CONFIG.max_concurrent} pool threads + 1 heartbeat)")
+    print(
+        f"threads while running          {added} added (max_concurrent="
+        f"{jobs.DEFAULT_CONFIG.max_concurrent} pool threads + 1 heartbeat)"
+    )
 
     # get_job at 2,000 jobs
     p = nw.Project.init(base / "get")
     fill(p, 2000)
     some = [j.job_id for j in jobs.list_jobs(p, limit=500)]
-    t = timed(lambda c=iter(range(10**9)): jobs.get_job(p, some[next(c) % len(some)]), 2000)
+    t = timed(lambda i: jobs.get_job(p, some[i % len(some)]), 2000)
     print(f"get_job at 2,000 jobs          p50 {ms(pct(t, 50))}  p99 {ms(pct(t, 99))}")
     apparent, blocks = disk_bytes(p)
-    print(f"disk per job (2,000 finished)  {apparent / 2000 / 1024:.2f} kB apparent, "
-          f"{blocks / 2000 / 1024:.2f} kB allocated")
+    print(
+        f"disk per job (2,000 finished)  {apparent / 2000 / 1024:.2f} kB apparent, "
+        f"{blocks / 2000 / 1024:.2f} kB allocated"
+    )
 
     # list_jobs(limit=50) as history grows
     p = nw.Project.init(base / "list")
@@ -119,17 +131,18 @@ def main():
     for size in sizes:
         fill(p, size - have, start=have)
         have = size
-        t = timed(lambda: jobs.list_jobs(p, limit=50), 200)
+        t = timed(lambda i: jobs.list_jobs(p, limit=50), 200)
         results[size] = pct(t, 50)
         print(f"list_jobs(limit=50) at {size:>5}  p50 {ms(results[size])}")
-    print(f"list_jobs growth {sizes[0]} -> {sizes[-1]} jobs: x{results[sizes[-1]] / results[sizes[0]]:.2f}")
+    growth = results[sizes[-1]] / results[sizes[0]]
+    print(f"list_jobs growth {sizes[0]} -> {sizes[-1]} jobs: x{growth:.2f}")
 
     # summarize: a 200-job project, read-only, from a process with no handle on it
     p = nw.Project.init(base / "summary")
     fill(p, 200)
     shutdown_runtimes()
     close_shared_stores()
-    t = timed(lambda: jobs.summarize(p.root), 300)
+    t = timed(lambda i: jobs.summarize(p.root), 300)
     print(f"summarize (200-job project)    p50 {ms(pct(t, 50))}  p99 {ms(pct(t, 99))}")
 
 

@@ -28,8 +28,18 @@ import bench_bodies  # noqa: E402,F401
 
 def workers(project, n, extra=()):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}"}
-    cmd = [sys.executable, "-m", "nw.jobs.worker", "--project", str(project.root),
-           "--import", "bench_bodies", "--log-level", "WARNING", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "nw.jobs.worker",
+        "--project",
+        str(project.root),
+        "--import",
+        "bench_bodies",
+        "--log-level",
+        "WARNING",
+        *extra,
+    ]
     return [subprocess.Popen(cmd, env=env) for _ in range(n)]
 
 
@@ -52,7 +62,8 @@ def count_done(project):
     store = open_store(project, jobs.DEFAULT_CONFIG, create=False)
     try:
         return store._conn.execute(  # a bare count: the poll must not load the machine
-            "SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL").fetchone()[0]
+            "SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL"
+        ).fetchone()[0]
     finally:
         store.close()
 
@@ -105,12 +116,16 @@ def main():
     print(f"nw.jobs worker benchmark (embedded store), {os.cpu_count()} cores")
     for n in (1, 2, 4):
         done, span = drain(base, args.jobs, n, args.max_concurrent)
-        print(f"drain {done} no-op jobs, {n} worker(s) x {args.max_concurrent} slots: "
-              f"{done / span:.0f} jobs/s")
+        print(
+            f"drain {done} no-op jobs, {n} worker(s) x {args.max_concurrent} slots: "
+            f"{done / span:.0f} jobs/s"
+        )
     lat = latency(base, 200)
     p50, p99 = lat[len(lat) // 2], lat[min(int(len(lat) * 0.99), len(lat) - 1)]
-    print(f"enqueue-to-start into an idle worker (200 jobs): p50 {p50 * 1000:.2f} ms, "
-          f"p99 {p99 * 1000:.2f} ms")
+    print(
+        f"enqueue-to-start into an idle worker (200 jobs): p50 {p50 * 1000:.2f} ms, "
+        f"p99 {p99 * 1000:.2f} ms"
+    )
 
 
 if __name__ == "__main__":
