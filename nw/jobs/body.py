@@ -20,7 +20,7 @@ from typing import Any
 
 from au import ComputationResult, ComputationStatus
 
-from nw.jobs import events
+from nw.jobs import eta, events
 from nw.jobs.errors import JobCancelled, JobRefused, error_kind_of
 from nw.jobs.eta import observed_fraction
 from nw.jobs.ids import check_json_params
@@ -166,6 +166,7 @@ def run_attempt(
     store: JobStore, row: JobRow, launch: Launch, config: JobsConfig
 ) -> ComputationResult:
     """Run the body once and write its terminal state; returns what au middleware sees."""
+    row = _repredict(store, row, config)
     rec = row.record
     job_id, attempt = rec["job_id"], rec["attempt"]
     sink = EventSink(store, row, launch.on_event, config.clock)
@@ -257,6 +258,21 @@ def run_attempt(
     return ComputationResult(
         None, ComputationStatus.FAILED, error=RuntimeError(message), metadata=meta
     )
+
+
+def _repredict(store: JobStore, row: JobRow, config: JobsConfig) -> JobRow:
+    """Predict again at the running transition: samples learned while the job
+    waited in the queue (a drift, a warmed key) count for its ETA."""
+    rec = row.record
+    plan = eta.plan_of_record(rec)
+    if not plan.candidates or plan.expected_cache_hit:
+        return row
+    samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
+    fields = eta.prediction_fields(plan, samples, config)
+    if all(rec.get(k) == v for k, v in fields.items()):
+        return row
+    store.patch(rec["job_id"], fields, attempt=rec["attempt"])
+    return JobRow({**rec, **fields}, row.au_status, row.result, row.error)
 
 
 def _written(ok: bool, job_id: str, attempt: int) -> None:

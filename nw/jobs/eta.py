@@ -453,3 +453,38 @@ def _human(seconds: float) -> str:
     if seconds < 3600:
         return f"{round(seconds / 60)}m"
     return f"{seconds / 3600:.1f}h"
+
+
+def sample_keys(plan: EtaPlan) -> list[str]:
+    """Every sample key a prediction for this plan reads."""
+    return [*plan.candidates, *progress_keys(plan)]
+
+
+def plan_of_record(record: Mapping[str, Any]) -> EtaPlan:
+    return EtaPlan(
+        tuple(record.get("eta_candidates") or ()),
+        record.get("output_kind"),
+        record.get("units"),
+        bool(record.get("expected_cache_hit")),
+    )
+
+
+def prediction_fields(
+    plan: EtaPlan, samples: Mapping[str, Sequence[float]], config: JobsConfig
+) -> dict[str, Any]:
+    """The record fields a prediction writes (at enqueue, again at the start)."""
+    p = predict_total_s(
+        plan.candidates,
+        plan.output_kind,
+        durations=samples,
+        expected_cache_hit=plan.expected_cache_hit,
+        units=plan.units,
+        config=config,
+    )
+    return {
+        "eta_p50": p.p50,
+        "eta_p90": p.p90,
+        "eta_confidence": p.confidence,
+        "eta_key": p.key,
+        "eta_progress": progress_curve(plan, samples, config),
+    }

@@ -120,17 +120,8 @@ def enqueue(
     rt = _runtime(proj, config) if fn is not None else None
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
     plan = eta.eta_plan(params, units, config)
-    samples = store.samples(
-        [*plan.candidates, *eta.progress_keys(plan)], window=config.sample_window_k
-    )
-    prediction = eta.predict_total_s(
-        plan.candidates,
-        plan.output_kind,
-        durations=samples,
-        expected_cache_hit=plan.expected_cache_hit,
-        units=units,
-        config=config,
-    )
+    samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
+    prediction = eta.prediction_fields(plan, samples, config)
     # Retries are the worker tier's: a requeued job is claimed by a worker, and
     # an in-process body's callable lives only in the process that enqueued it.
     retryable = bool(fn is None and spec and spec.retryable)
@@ -150,7 +141,6 @@ def enqueue(
         actor=_actor(actor),
     )
     record["retryable"] = retryable
-    record["eta_progress"] = eta.progress_curve(plan, samples, config)
     if rt is not None:  # the process that holds the callable owns the queued job
         record["runner_id"] = rt.runner_id
     admit = None

@@ -55,7 +55,7 @@ def new_record(
     params: dict[str, Any],
     now: float,
     plan: eta.EtaPlan,
-    prediction: eta.Prediction,
+    prediction: dict[str, Any],
     estimated_usd: float | None,
     runner: str,
     max_attempts: int,
@@ -81,10 +81,8 @@ def new_record(
         "eta_candidates": list(plan.candidates),
         "output_kind": plan.output_kind,
         "units": plan.units,
-        "eta_p50": prediction.p50,
-        "eta_p90": prediction.p90,
-        "eta_confidence": prediction.confidence,
-        "eta_key": prediction.key,
+        "expected_cache_hit": plan.expected_cache_hit,
+        **prediction,
     }
 
 

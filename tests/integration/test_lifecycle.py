@@ -222,3 +222,28 @@ def test_at_most_max_concurrent_bodies_run_and_the_rest_wait_queued(project):
     for job in started:
         assert finished(project, job.job_id, cfg).status == jobs.SUCCEEDED
     assert peak[0] == 2
+
+
+def test_the_eta_is_predicted_again_when_a_queued_job_starts(project, gate):
+    from nw.jobs.stores import shared_store
+
+    one = jobs.JobsConfig(max_concurrent=1)
+    params = {"model": "flux", "operation": "t2i"}
+    blocker = jobs.enqueue(project, "b", {}, dispatch={"b": gate}, config=one)
+    assert gate.started.wait(5)
+    second_gate = type(gate)()
+    waiting = jobs.enqueue(project, "r", params, dispatch={"r": second_gate}, config=one)
+    assert waiting.confidence == "prior"
+    shared_store(project, one, create=False).add_samples({"flux|t2i": 7.0}, now=1.0, window=20)
+    for t in (2.0, 3.0):
+        shared_store(project, one, create=False).add_samples({"flux|t2i": 7.0}, now=t, window=20)
+    gate.release.set()
+    assert second_gate.started.wait(5)
+    running = jobs.get_job(project, waiting.job_id, config=one)  # as soon as it starts
+    assert (running.confidence, running.predicted_total_s, running.eta_key) == (
+        "learned",
+        7.0,
+        "flux|t2i",
+    )
+    second_gate.release.set()
+    wait_until(lambda: jobs.get_job(project, blocker.job_id, config=one).is_terminal)

@@ -142,7 +142,7 @@ def test_a_real_run_teaches_durations_and_progress_and_keeps_the_newest_window(t
 
     for i, seconds in enumerate([10.0, 20.0, 30.0, 40.0]):
         job_id = f"job{i}"
-        pred = eta.predict_total_s(plan.candidates, plan.output_kind, durations={}, config=config)
+        pred = eta.prediction_fields(plan, {}, config)
         record = new_record(
             job_id=job_id, kind="k", label="k", idempotency_key=job_id, params=params,
             now=wall(), plan=plan, prediction=pred, estimated_usd=None, runner="local",
