@@ -305,10 +305,11 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from nw.demo import DEMO_DIR, run_demo
 
+    # With --json the live view goes to stderr, so stdout is only the JSON.
     result = run_demo(
         args.project or DEMO_DIR,
-        console=_console(),
-        plain=True if args.plain else None,
+        console=_console(stderr=args.json),
+        plain=True if (args.plain or args.json) else None,
         speed=args.speed,
     )
     if args.json:
