@@ -352,25 +352,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
     projects = _projects(args)
     _import_modules(args.imports or ())
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    app = create_app(projects, token=token, max_body_bytes=args.max_body_bytes)
-    if args.host in ("127.0.0.1", "localhost", "::1"):
-        # Only a loopback name may reach a loopback server: a page on another
-        # site cannot DNS-rebind its way to the API.
-        from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from nw.jobs.web.app import LOOPBACK_HOSTS
 
-        app = TrustedHostMiddleware(app, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"])
+    # Bound to loopback, only a loopback name may reach it: a page on another
+    # site cannot DNS-rebind its way to the API.
+    loopback = args.host in ("127.0.0.1", "localhost", "::1")
+    app = create_app(
+        projects,
+        token=token,
+        max_body_bytes=args.max_body_bytes,
+        allowed_hosts=LOOPBACK_HOSTS if loopback else None,
+    )
+    closing = app.state.closing
     where = f"http://{args.host}:{args.port}/"
     _console(stderr=True).print(
         f"nw-jobs tray on {where} for {', '.join(str(p.root) for p in projects)}"
         + (" (bearer token required)" if token else "")
     )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        timeout_graceful_shutdown=2,
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3
     )
+    server = uvicorn.Server(config)
+    stop = server.handle_exit
+
+    def handle_exit(sig: int, frame: Any) -> None:
+        closing.set()  # open trays' event streams end now, so Ctrl-C stops at once
+        stop(sig, frame)
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    server.run()
     return EXIT_OK
 
 

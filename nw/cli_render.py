@@ -154,7 +154,9 @@ def bar(job: Mapping[str, Any], width: int = 24) -> ProgressBar | Text:
         if pct is None:
             # No honest percentage yet: a pulsing bar, not a made-up number.
             return ProgressBar(total=None, width=width, pulse=True)
-        return ProgressBar(total=100, completed=pct, width=width)
+        return ProgressBar(
+            total=100, completed=pct, width=width, complete_style="cyan", finished_style="cyan"
+        )
     style = GRADE_STYLE.get(job.get("grade") or "", "")
     return ProgressBar(
         total=100,
@@ -181,12 +183,12 @@ class _Column:
 
 _COLUMNS = (
     _Column("id", lambda j: short_id(j["job_id"]), 12, 12, 7, 9, style="dim"),
-    _Column("job", lambda j: j.get("label") or j["kind"], 14, 34, 0, 1),
+    _Column("job", lambda j: j.get("label") or j["kind"], 14, 32, 0, 1),
     _Column("status", status_cell, 10, 10, 1, 9),
     _Column("progress", lambda j: bar(j, width=16), 16, 16, 2, 9),
     _Column("%", pct_text, 4, 4, 5, 9, justify="right"),
-    _Column("ETA", eta_text, 14, 24, 3, 2),
-    _Column("stage", stage_text, 10, 22, 6, 3),
+    _Column("ETA", eta_text, 14, 22, 3, 2),
+    _Column("stage", stage_text, 10, 20, 6, 3),
     _Column("cost", cost_text, 12, 13, 4, 0, justify="right"),
     _Column("note", lambda j: _note(j), 12, 60, 8, 4, style="dim"),
 )

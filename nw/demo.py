@@ -113,7 +113,7 @@ def _sim(slug: str, stages: Sequence[str], stage_s: float, **extra: Any) -> dict
 def pipeline(speed: float = 1.0) -> list[Step]:
     """The demo's jobs: a storyboard, three panels, two animations, a voice, a score."""
     panel_stages = ("compose", "render", "upscale")
-    anim_stages = ("upload", "queue", "generate", "download")
+    anim_stages = ("upload", "generate", "interpolate", "download")
 
     def panel(n: int, title: str, stage_s: float = 0.55, **sim: Any) -> Step:
         return Step(
@@ -389,11 +389,13 @@ def run_demo(
         else "ETAs marked (learned) come from earlier runs' durations.",
         style="dim",
         highlight=False,
+        soft_wrap=True,
     )
     console.print(
         f"Look around: nw-jobs list --project {root} · nw-jobs serve --project {root}",
         style="dim",
         highlight=False,
+        soft_wrap=True,
     )
     return {
         "project": str(project.root),

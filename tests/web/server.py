@@ -30,6 +30,9 @@ def serving(app, *, timeout: float = 10.0) -> Iterator[str]:
         wait_until(lambda: server.started, timeout=timeout, what="uvicorn to start")
         yield f"http://127.0.0.1:{port}"
     finally:
+        closing = getattr(getattr(app, "state", None), "closing", None)
+        if closing is not None:
+            closing.set()  # event streams end, so the server stops without cancelling them
         server.should_exit = True
         thread.join(timeout)
         sock.close()

@@ -396,3 +396,14 @@ def test_create_app_refuses_bad_settings(project):
         create_app([project], max_body_bytes=0)
     with pytest.raises(nw.ProjectError):
         create_app([])
+
+
+def test_a_host_guard_refuses_foreign_host_names(project):
+    from nw.jobs.web.app import LOOPBACK_HOSTS
+
+    app = create_app([project], allowed_hosts=LOOPBACK_HOSTS)
+    assert TestClient(app, base_url="http://127.0.0.1:8765").get("/api/jobs").status_code == 200
+    assert TestClient(app, base_url="http://localhost").get("/api/jobs").status_code == 200
+    rebound = TestClient(app, base_url="http://evil.example:8765").get("/api/jobs")
+    assert rebound.status_code == 400
+    assert rebound.json() == {"error": "this server does not answer to that Host"}

@@ -23,8 +23,9 @@ import hmac
 import json
 import logging
 import os
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from http.cookies import SimpleCookie
 from importlib import resources
 from typing import Any
@@ -154,6 +155,26 @@ class BearerAuth:
         await response(scope, receive, send)
 
 
+class HostGuard:
+    """Only requests whose ``Host`` names this server (DNS-rebinding defence for loopback)."""
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str]):
+        self.app = app
+        self.hosts = {h.lower() for h in hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = Request(scope).headers.get("host", "").lower()
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name not in self.hosts:
+                await error(400, "this server does not answer to that Host")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
 class BodyLimit:
     """Reads at most ``max_bytes`` of a request body before the route sees it (else 413).
 
@@ -277,6 +298,7 @@ def create_app(
     config: JobsConfig = DEFAULT_CONFIG,
     poll_interval_s: float = 0.5,
     stream_max_s: float = 300.0,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The jobs API and tray for ``projects`` (one, or several).
 
@@ -285,10 +307,13 @@ def create_app(
     how often an event stream reads the store. ``stream_max_s``: an event
     stream ends after this long and the browser's ``EventSource`` reconnects
     (long-lived connections through proxies go stale otherwise).
+    ``allowed_hosts``: answer only requests whose ``Host`` is one of these
+    (``nw-jobs serve`` passes ``LOOPBACK_HOSTS`` when it binds loopback).
     """
     if isinstance(projects, (Project, str, os.PathLike)):
         projects = [projects]
     served = Projects(projects)
+    closing = threading.Event()
     if token is not None and not token:
         raise ValueError("token must be a non-empty string (or None for no auth)")
     if max_body_bytes < 1:
@@ -391,7 +416,9 @@ def create_app(
 
         async def stream() -> AsyncIterator[str]:
             data: dict[str, Any] | None = _job_json(first, project)
-            async for chunk in _changes(data, read, poll_interval_s, stream_max_s, _terminal):
+            async for chunk in _changes(
+                data, read, poll_interval_s, stream_max_s, _terminal, closing
+            ):
                 yield chunk
 
         return _event_stream(stream())
@@ -402,7 +429,7 @@ def create_app(
 
         async def stream() -> AsyncIterator[str]:
             async for chunk in _changes(
-                first, lambda: summary_now(actor), poll_interval_s, stream_max_s, None
+                first, lambda: summary_now(actor), poll_interval_s, stream_max_s, None, closing
             ):
                 yield chunk
 
@@ -429,10 +456,15 @@ def create_app(
     middleware = [Middleware(BodyLimit, max_bytes=max_body_bytes)]
     if token is not None:
         middleware.insert(0, Middleware(BearerAuth, token=token))
+    if allowed_hosts is not None:
+        middleware.insert(0, Middleware(HostGuard, hosts=allowed_hosts))
     handlers: dict[Any, Callable] = {cls: _on_error for cls in (*_HANDLED, Exception)}
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
     app.state.projects = served
     app.state.config = config
+    # Set when the server stops: open event streams end at their next poll
+    # instead of holding the shutdown until they are cancelled.
+    app.state.closing = closing
     return app
 
 
@@ -446,8 +478,10 @@ async def _changes(
     every_s: float,
     max_s: float,
     done: Callable[[dict[str, Any] | None], bool] | None,
+    closing: threading.Event,
 ) -> AsyncIterator[str]:
-    """SSE chunks: ``first``, then each change (or a clock tick a second), until ``done``."""
+    """SSE chunks: ``first``, then each change (or a clock tick a second), until ``done``,
+    ``max_s`` or ``closing``."""
     yield "retry: 2000\n\n"
     data = first
     sent_key, sent_at = None, 0.0
@@ -463,7 +497,7 @@ async def _changes(
         if done is not None and done(data):
             yield _sse({"status": data.get("status")}, event="end")
             return
-        if now >= ends_at:
+        if now >= ends_at or closing.is_set():
             return
         await anyio.sleep(every_s)
         data = await run_in_threadpool(read)
