@@ -167,7 +167,9 @@ def _watch_lines(fetch, data, args, deadline, plain_line) -> dict[str, Any]:
     """A line (or a JSON object) each time something a person cares about changes."""
     last = None
     while True:
-        gist = (data["status"], data.get("pct"), data.get("progress"), data.get("cost"))
+        # A line per 5 points of progress, not one per poll of a smoothly moving pct.
+        step = None if data.get("pct") is None else int(data["pct"] // 5)
+        gist = (data["status"], step, data.get("progress"), data.get("cost"))
         if gist != last:
             last = gist
             line = json.dumps(data, default=str) if args.json else plain_line(data)
@@ -180,8 +182,8 @@ def _watch_lines(fetch, data, args, deadline, plain_line) -> dict[str, Any]:
 
 
 def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
+    from rich.console import Group
     from rich.live import Live
-    from rich.progress_bar import ProgressBar
     from rich.table import Table
     from rich.text import Text
 
@@ -196,27 +198,22 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
         status_cell,
     )
 
-    def frame(job: dict[str, Any]) -> Table:
-        grid = Table.grid(padding=(0, 1))
-        grid.add_row(
-            Text(job.get("label") or job["kind"], style="bold"),
+    def frame(job: dict[str, Any]) -> Group:
+        title = Text.assemble(
+            (job.get("label") or job["kind"], "bold"),
+            "  ",
             status_cell(job),
-            Text(job["job_id"][:12], style="dim"),
+            "  ",
+            (job["job_id"][:12], "dim"),
         )
         line = Table.grid(padding=(0, 2))
-        progress: ProgressBar | Text = bar(job, width=40)
-        line.add_row(progress, Text(pct_text(job), style="bold"), Text(eta_text(job)))
-        detail = Table.grid(padding=(0, 2))
-        detail.add_row(
-            Text(f"stage {stage_text(job)}"),
-            Text(f"cost {cost_text(job)}"),
-        )
-        grid.add_row(line)
-        grid.add_row(detail)
+        line.add_row(bar(job, width=40), Text(pct_text(job), style="bold"), Text(eta_text(job)))
+        detail = Text(f"stage {stage_text(job)}   cost {cost_text(job)}")
+        rows: list[Any] = [title, line, detail]
         if job.get("grade"):
             style = GRADE_STYLE.get(job["grade"], "")
-            grid.add_row(Text(f"{job['grade']}: {outcome_text(job) or job['status']}", style=style))
-        return grid
+            rows.append(Text(f"{job['grade']}: {outcome_text(job) or job['status']}", style=style))
+        return Group(*rows)
 
     with Live(frame(data), console=console, refresh_per_second=8) as live:
         while data["status"] not in WATCH_EXIT:
@@ -365,10 +362,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     closing = app.state.closing
     where = f"http://{args.host}:{args.port}/"
-    _console(stderr=True).print(
-        f"nw-jobs tray on {where} for {', '.join(str(p.root) for p in projects)}"
-        + (" (bearer token required)" if token else "")
+    console = _console(stderr=True)
+    console.print(
+        f"nw-jobs tray on {where} for {', '.join(str(p.root) for p in projects)}", soft_wrap=True
     )
+    if token:
+        # The page trades ?token= for an HttpOnly cookie and drops it from the address bar.
+        console.print(f"bearer token required; open {where}?token={token}", soft_wrap=True)
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3
     )
