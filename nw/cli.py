@@ -302,6 +302,11 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from nw.demo import DEMO_DIR, run_demo
 
+    if os.environ.pop("NW_JOBS_DATABASE_URL", None):
+        # The demo shows the embedded store; it must not write demo jobs into a database.
+        _console(stderr=True).print(
+            "the demo uses the embedded store; NW_JOBS_DATABASE_URL ignored"
+        )
     # With --json the live view goes to stderr, so stdout is only the JSON.
     result = run_demo(
         args.project or DEMO_DIR,

@@ -192,7 +192,7 @@ _COLUMNS = (
     _Column("cost", cost_text, 12, 13, 4, 0, justify="right"),
     _Column("note", lambda j: _note(j), 12, 60, 8, 4, style="dim"),
 )
-_PER_COLUMN = 3  # one space of padding either side and a separator
+_PER_COLUMN = 3  # padding either side and a separator; the edges make it 3n - 1 in all
 
 
 def jobs_table(
@@ -207,10 +207,10 @@ def jobs_table(
     candidates = [c for c in _COLUMNS if show_id or c.name != "id"]
     chosen: list[_Column] = []
     for column in sorted(candidates, key=lambda c: c.priority):
-        needed = sum(c.min + _PER_COLUMN for c in [*chosen, column]) + 1
+        needed = sum(c.min + _PER_COLUMN for c in [*chosen, column]) - 1
         if needed <= width:
             chosen.append(column)
-    spare = width - 1 - sum(c.min + _PER_COLUMN for c in chosen)
+    spare = width + 1 - sum(c.min + _PER_COLUMN for c in chosen)
     widths = {c.name: c.min for c in chosen}
     for column in sorted(chosen, key=lambda c: c.grows):
         grow = min(column.max - column.min, max(spare, 0))

@@ -328,7 +328,11 @@ def test_demo_runs_end_to_end_and_learns_etas_on_the_second_run(tmp_path):
 
 @pytest.mark.slow
 def test_demo_without_a_tty_prints_plain_lines(tmp_path):
-    result = nw_jobs("demo", "--project", str(tmp_path / "d"), "--speed", "4")
+    # Given a database URL in the environment / Then the demo still uses the embedded store
+    env = {"NW_JOBS_DATABASE_URL": "postgresql://nowhere.invalid/none"}
+    result = nw_jobs("demo", "--project", str(tmp_path / "d"), "--speed", "4", env=env)
+    assert (tmp_path / "d" / ".nw" / "jobs" / "jobs.sqlite3").exists()
+    assert "NW_JOBS_DATABASE_URL ignored" in result.stderr
     assert result.returncode == 0, result.stderr
     assert "\x1b[" not in result.stdout  # no escape codes in a pipe
     assert "Score: main theme | cancelled" in result.stdout

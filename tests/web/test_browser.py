@@ -139,3 +139,29 @@ def test_tray_shows_a_job_advance_and_cancels_it(browser, project):
         what="the job to finish",
     )
     assert final.status == "cancelled"
+
+
+def test_the_page_formats_costs_and_etas_like_the_terminal(browser, project):
+    pytest.importorskip("uvicorn")
+    from nw.cli_render import cost_text, eta_text
+    from nw.jobs.web import create_app
+    from tests.cli.test_render import COST_CASES
+    from tests.web.server import serving
+
+    etas = [
+        {"status": "running", "confidence": "prior", "eta_s": 10},
+        {"status": "running", "confidence": "learned", "eta_s": 3.2},
+        {"status": "queued", "confidence": "exact", "eta_s": 0.5},
+        {"status": "running", "confidence": None, "eta_s": None},
+    ]
+    with serving(create_app([project])) as url:
+        browser.get(url + "/")
+        wait_until(lambda: browser.execute_script("return typeof costOf === 'function'"))
+        for cost, cached, shown in COST_CASES:
+            job = {"cost": cost, "cached": cached}
+            assert browser.execute_script("return costOf(arguments[0]).text", job) == shown
+            assert cost_text(job) == shown
+        for job in etas:
+            text = browser.execute_script("return etaOf(arguments[0])", job)
+            page = text[0] + (f" ({text[1]})" if text[1] else "")
+            assert page == eta_text(job)
