@@ -321,7 +321,7 @@ def frame(run: DemoRun, elapsed_s: float, width: int = 160) -> Group:
     """What the live view shows at one instant: a header, the jobs, the totals."""
     header = Text()
     header.append("nw-jobs demo", style="bold")
-    header.append(f" · run {run.run} · {run.project.root} · {elapsed_s:4.1f}s")
+    header.append(f" · run {run.run} · {run.project.root.name} · {elapsed_s:4.1f}s")
     table = jobs_table(run.rows(), width=width, show_id=False)
     return Group(header, table, Text(totals_text(run.rows()), style="dim"))
 
