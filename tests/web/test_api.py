@@ -237,6 +237,22 @@ def test_post_rejects_what_it_cannot_run(client, registered_kind, body, fragment
     assert fragment in response.json()["error"]
 
 
+def test_the_cost_gate_refuses_with_402_and_writes_nothing(project, registered_kind):
+    from nw.jobs import JobsConfig
+
+    client = TestClient(create_app([project], config=JobsConfig(budget_usd=0.5)))
+    over = {"kind": registered_kind, "params": {"estimated_usd": 2.0}}
+    response = client.post("/api/jobs", json=over)
+    assert response.status_code == 402
+    assert "spend cap $0.50" in response.json()["error"]
+    assert response.json()["needs_approval"] is False
+    unknown = client.post("/api/jobs", json={"kind": registered_kind, "params": {}})
+    assert unknown.status_code == 402 and unknown.json()["needs_approval"] is True
+    assert client.get("/api/jobs").json() == {"jobs": []}
+    approved = {"kind": registered_kind, "params": {}, "approved": True}
+    assert client.post("/api/jobs", json=approved).status_code == 202
+
+
 def test_oversized_bodies_are_413_declared_or_streamed(project, registered_kind):
     client = TestClient(create_app([project], max_body_bytes=1024))
     big = json.dumps({"kind": registered_kind, "params": {"pad": "x" * 5000}}).encode()

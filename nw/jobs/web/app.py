@@ -42,7 +42,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nw.jobs import facade, kinds
-from nw.jobs.errors import JobStoreError
+from nw.jobs.errors import BudgetExceeded, JobStoreError
 from nw.jobs.ids import InvalidJobId, check_job_id
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.records import to_dict
@@ -399,10 +399,10 @@ def create_app(
                     config=config,
                 )
             )
-        except Exception as exc:
-            if type(exc).__name__ == "BudgetExceeded":  # the cost gate said no
-                raise HTTPException(402, _message_of(exc)) from None
-            raise
+        except BudgetExceeded as exc:  # the cost gate said no; nothing was written
+            return JSONResponse(
+                {"error": str(exc), "needs_approval": exc.needs_approval}, status_code=402
+            )
         return JSONResponse(_job_json(job, project), status_code=202)
 
     def summary_now(actor: str | None) -> dict[str, Any]:
