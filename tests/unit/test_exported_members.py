@@ -65,6 +65,7 @@ def test_all_is_exactly_the_public_surface():
         "status",
         "stores",
         "wake",
+        "web",
     }
     assert public - submodules - EXPECTED == set()
 

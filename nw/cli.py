@@ -1,0 +1,594 @@
+"""``nw-jobs``: the command line over the facade.
+
+Each subcommand is a thin call into ``nw.jobs``; what a person sees is in
+``nw.cli_render`` (rich on a terminal, plain lines in a pipe, ``--json`` for
+scripts). A user's mistake (a bad id, a missing project, malformed JSON) ends
+in one line on stderr and exit status 1, never a traceback; set
+``NW_JOBS_DEBUG=1`` to see the traceback anyway.
+
+Exit statuses: 0 ok (``watch``: the job succeeded), 1 error, 2 usage,
+3 ``watch``: the job failed, 4 ``watch``: the job was cancelled,
+124 ``watch --timeout`` ran out, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_FAILED, EXIT_CANCELLED = 3, 4
+EXIT_TIMEOUT, EXIT_INTERRUPTED = 124, 130
+WATCH_EXIT = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "cancelled": EXIT_CANCELLED}
+PROJECT_ENV = "NW_JOBS_PROJECT"
+TOKEN_ENV = "NW_JOBS_TOKEN"
+DEBUG_ENV = "NW_JOBS_DEBUG"
+
+
+class UserError(Exception):
+    """A mistake the person can fix; printed as one line."""
+
+
+# ----- helpers ---------------------------------------------------------------------
+def _console(*, stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _project(args: argparse.Namespace):
+    from nw import Project
+
+    root = args.project or os.environ.get(PROJECT_ENV) or os.getcwd()
+    return Project(root)
+
+
+def _projects(args: argparse.Namespace) -> list:
+    from nw import Project
+
+    roots = args.project or [os.environ.get(PROJECT_ENV) or os.getcwd()]
+    return [Project(root) for root in roots]
+
+
+def _resolve_id(project, text: str) -> str:
+    """A full job id, or a unique prefix of one (``list`` shows 12 characters)."""
+    from nw.jobs import DEFAULT_CONFIG
+    from nw.jobs.ids import check_job_id, is_job_id
+    from nw.jobs.stores import open_store
+
+    text = text.strip().lower()
+    if is_job_id(text):
+        return text
+    if not (4 <= len(text) < 64 and all(c in "0123456789abcdef" for c in text)):
+        check_job_id(text)  # raises with the standard message
+    store = open_store(project, DEFAULT_CONFIG, create=False)
+    if store is None:
+        raise UserError(f"no job {text!r} in {project.root} (it has no jobs)")
+    try:
+        matches = [job_id for job_id in store.iter_ids() if job_id.startswith(text)]
+    finally:
+        store.close()
+    if not matches:
+        raise UserError(f"no job {text!r} in {project.root}")
+    if len(matches) > 1:
+        raise UserError(f"job id prefix {text!r} is ambiguous ({len(matches)} jobs); give more")
+    return matches[0]
+
+
+def _job_dict(job) -> dict[str, Any]:
+    from nw.jobs import to_dict
+
+    return to_dict(job)
+
+
+def _params(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--params is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"--params must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+# ----- commands --------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    from nw.cli_render import jobs_table
+    from nw.jobs import list_jobs
+
+    project = _project(args)
+    jobs = [_job_dict(j) for j in list_jobs(project, status=args.status, limit=args.limit)]
+    if args.json:
+        _print_json(jobs)
+        return EXIT_OK
+    console = _console()
+    if not jobs:
+        which = f" with status {args.status}" if args.status else ""
+        console.print(f"no jobs in {project.root}{which}")
+        return EXIT_OK
+    title = f"{project.title} — {len(jobs)} job(s)"
+    console.print(jobs_table(jobs, title=title, width=console.width))
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from nw.cli_render import job_detail
+    from nw.jobs import get_job, get_job_progress
+
+    project = _project(args)
+    job_id = _resolve_id(project, args.id)
+    job = get_job(project, job_id)
+    if job is None:
+        raise UserError(f"no job {job_id} in {project.root}")
+    data = _job_dict(job)
+    if args.json:
+        _print_json(data)
+        return EXIT_OK
+    _console().print(job_detail(data, get_job_progress(project, job_id)))
+    return EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from nw.cli_render import plain_line
+    from nw.jobs import get_job
+
+    project = _project(args)
+    job_id = _resolve_id(project, args.id)
+
+    def fetch() -> dict[str, Any]:
+        job = get_job(project, job_id)
+        if job is None:
+            raise UserError(f"no job {job_id} in {project.root}")
+        return _job_dict(job)
+
+    data = fetch()
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    console = _console()
+    if args.json or not console.is_terminal:
+        data = _watch_lines(fetch, data, args, deadline, plain_line)
+    else:
+        data = _watch_live(fetch, data, args, deadline, console)
+    if data["status"] not in WATCH_EXIT:
+        _console(stderr=True).print(f"nw-jobs: still {data['status']} after {args.timeout}s")
+        return EXIT_TIMEOUT
+    return WATCH_EXIT[data["status"]]
+
+
+def _watch_lines(fetch, data, args, deadline, plain_line) -> dict[str, Any]:
+    """A line (or a JSON object) each time something a person cares about changes."""
+    last = None
+    while True:
+        # A line per 5 points of progress, not one per poll of a smoothly moving pct.
+        step = None if data.get("pct") is None else int(data["pct"] // 5)
+        gist = (data["status"], step, data.get("progress"), data.get("cost"))
+        if gist != last:
+            last = gist
+            line = json.dumps(data, default=str) if args.json else plain_line(data)
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        if data["status"] in WATCH_EXIT or (deadline and time.monotonic() >= deadline):
+            return data
+        time.sleep(args.interval)
+        data = fetch()
+
+
+def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
+    from rich.console import Group
+    from rich.live import Live
+    from rich.table import Table
+    from rich.text import Text
+
+    from nw.cli_render import (
+        GRADE_STYLE,
+        bar,
+        cost_text,
+        eta_text,
+        outcome_text,
+        pct_text,
+        stage_text,
+        status_cell,
+    )
+
+    def frame(job: dict[str, Any]) -> Group:
+        title = Text.assemble(
+            (job.get("label") or job["kind"], "bold"),
+            "  ",
+            status_cell(job),
+            "  ",
+            (job["job_id"][:12], "dim"),
+        )
+        line = Table.grid(padding=(0, 2))
+        line.add_row(bar(job, width=40), Text(pct_text(job), style="bold"), Text(eta_text(job)))
+        detail = Text(f"stage {stage_text(job)}   cost {cost_text(job)}")
+        rows: list[Any] = [title, line, detail]
+        if job.get("grade"):
+            style = GRADE_STYLE.get(job["grade"], "")
+            rows.append(Text(f"{job['grade']}: {outcome_text(job) or job['status']}", style=style))
+        return Group(*rows)
+
+    with Live(frame(data), console=console, refresh_per_second=8) as live:
+        while data["status"] not in WATCH_EXIT:
+            if deadline and time.monotonic() >= deadline:
+                break
+            time.sleep(args.interval)
+            data = fetch()
+            live.update(frame(data))
+    return data
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from nw.cli_render import plain_line
+    from nw.jobs import cancel_job
+
+    project = _project(args)
+    job_id = _resolve_id(project, args.id)
+    job = cancel_job(project, job_id)
+    if job is None:
+        raise UserError(f"no job {job_id} in {project.root}")
+    data = _job_dict(job)
+    if args.json:
+        _print_json(data)
+        return EXIT_OK
+    console = _console()
+    if data["status"] in ("succeeded", "failed") or (
+        data["status"] == "cancelled" and data.get("error_kind") != "cancelled"
+    ):
+        console.print(f"already finished ({data['status']}); nothing to cancel")
+    elif data["status"] == "cancelling":
+        console.print("cancel requested; the job stops at its next boundary")
+    else:
+        console.print("cancelled")
+    console.print(plain_line(data), soft_wrap=True)
+    return EXIT_OK
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from nw.jobs import estimate
+
+    project = _project(args)
+    result = estimate(project, args.kind, _params(args.params))
+    if args.json:
+        _print_json(result)
+        return EXIT_OK
+    from nw.cli_render import usd
+
+    console = _console()
+    cost = result.get("estimated_usd")
+    shown = "unknown" if cost is None else usd(cost)
+    if cost is not None and result.get("has_unknown_costs"):
+        shown = f"≥ {shown}"
+    console.print(f"{args.kind}: estimated cost {shown}")
+    gate = "requires approval" if result.get("requires_approval") else "within the approval limit"
+    console.print(f"{gate} (threshold {usd(result['approval_threshold_usd'])})")
+    if result.get("reason"):
+        console.print(str(result["reason"]))
+    return EXIT_OK
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    from nw import Project
+    from nw.cli_render import jobs_table
+    from nw.jobs import summarize
+
+    roots = args.roots or [args.project or os.environ.get(PROJECT_ENV) or os.getcwd()]
+    projects = [Project(root) for root in roots]
+    rows = []
+    for project in projects:
+        for job in summarize(project, limit=args.limit, status=args.status):
+            rows.append({**_job_dict(job), "project": str(project.root)})
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    console = _console()
+    for project in projects:
+        jobs = [r for r in rows if r["project"] == str(project.root)]
+        if jobs:
+            title = f"{project.root} — {len(jobs)} job(s)"
+            console.print(jobs_table(jobs, title=title, width=console.width))
+        else:
+            console.print(f"{project.root}: no jobs")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from nw.demo import DEMO_DIR, run_demo
+
+    if os.environ.pop("NW_JOBS_DATABASE_URL", None):
+        # The demo shows the embedded store; it must not write demo jobs into a database.
+        _console(stderr=True).print(
+            "the demo uses the embedded store; NW_JOBS_DATABASE_URL ignored"
+        )
+    # With --json the live view goes to stderr, so stdout is only the JSON.
+    result = run_demo(
+        args.project or DEMO_DIR,
+        console=_console(stderr=args.json),
+        plain=True if (args.plain or args.json) else None,
+        speed=args.speed,
+    )
+    if args.json:
+        _print_json(result)
+    return EXIT_OK if result["finished"] else EXIT_ERROR
+
+
+def _optional_module(name: str, what: str, *, extra: str):
+    """Import a part that may be absent: not in this build, or its extra not installed."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            raise UserError(f"this build of nw-jobs has no {name} ({what})") from None
+        hint = f": pip install 'nw-jobs[{extra}]'" if extra else ""
+        raise UserError(f"{what} needs {exc.name}, which is not installed{hint}") from None
+
+
+def _import_modules(modules: Sequence[str]) -> None:
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise UserError(f"--import {name}: {exc}") from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from nw.jobs.web import create_app
+    except ImportError as exc:
+        raise UserError(
+            f"serve needs the web extra ({exc.name} is missing): pip install 'nw-jobs[web]'"
+        ) from None
+    projects = _projects(args)
+    _import_modules(args.imports or ())
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    from nw.jobs.web.app import LOOPBACK_HOSTS
+
+    # Bound to loopback, only a loopback name may reach it: a page on another
+    # site cannot DNS-rebind its way to the API.
+    loopback = args.host in ("127.0.0.1", "localhost", "::1")
+    app = create_app(
+        projects,
+        token=token,
+        max_body_bytes=args.max_body_bytes,
+        allowed_hosts=LOOPBACK_HOSTS if loopback else None,
+    )
+    closing = app.state.closing
+    where = f"http://{args.host}:{args.port}/"
+    console = _console(stderr=True)
+    console.print(
+        f"nw-jobs tray on {where} for {', '.join(str(p.root) for p in projects)}", soft_wrap=True
+    )
+    if token:
+        # The page trades ?token= for an HttpOnly cookie and drops it from the address bar.
+        console.print(f"bearer token required; open {where}?token={token}", soft_wrap=True)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3
+    )
+    server = uvicorn.Server(config)
+    stop = server.handle_exit
+
+    def handle_exit(sig: int, frame: Any) -> None:
+        closing.set()  # open trays' event streams end now, so Ctrl-C stops at once
+        stop(sig, frame)
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    server.run()
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
+    worker = _optional_module("nw.jobs.worker", "the worker", extra="")
+    argv: list[str] = []
+    for root in args.project or [os.environ.get(PROJECT_ENV) or os.getcwd()]:
+        argv += ["--project", root]
+    for module in args.imports or ():
+        argv += ["--import", module]
+    if args.max_concurrent is not None:
+        argv += ["--max-concurrent", str(args.max_concurrent)]
+    result = worker.main([*argv, *extra])
+    return int(result or 0)
+
+
+def cmd_db_migrate(args: argparse.Namespace) -> int:
+    url = args.database_url or os.environ.get("NW_JOBS_DATABASE_URL")
+    if not url:
+        raise UserError("db migrate needs --database-url or NW_JOBS_DATABASE_URL")
+    postgres = _optional_module("nw.jobs.stores.postgres", "db migrate", extra="postgres")
+    result = postgres.migrate(url)
+    if result is not None:
+        _console().print(str(result))
+    return EXIT_OK
+
+
+# ----- parser ----------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nw-jobs",
+        description="Durable, cancellable render jobs: watch, cancel and serve them.",
+        epilog="Start with: nw-jobs demo",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    one = argparse.ArgumentParser(add_help=False)
+    one.add_argument(
+        "--project",
+        metavar="DIR",
+        help=f"project folder (default: ${PROJECT_ENV}, else the current folder)",
+    )
+    many = argparse.ArgumentParser(add_help=False)
+    many.add_argument(
+        "--project",
+        metavar="DIR",
+        action="append",
+        help=f"project folder; repeat for several (default: ${PROJECT_ENV}, else .)",
+    )
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    def add(name: str, func: Callable, help: str, parents: list) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, parents=parents)
+        p.set_defaults(func=func)
+        return p
+
+    p = add(
+        "demo",
+        cmd_demo,
+        "run a small simulated render pipeline and show it live",
+        [as_json],
+    )
+    p.add_argument("--project", metavar="DIR", help="demo project folder (default: ./nw-demo)")
+    p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+    p.add_argument("--speed", type=_positive_float, default=1.0, help="run N times faster")
+
+    p = add("list", cmd_list, "this project's jobs, newest first", [one, as_json])
+    p.add_argument("--status", help="only jobs with this status (queued, running, …)")
+    p.add_argument("--limit", type=_positive_int, default=20, help="at most N jobs (20)")
+
+    p = add("show", cmd_show, "one job in detail", [one, as_json])
+    p.add_argument("id", help="job id (or a unique prefix of one)")
+
+    p = add(
+        "watch",
+        cmd_watch,
+        "follow one job live until it ends (exit 0 succeeded, 3 failed, 4 cancelled)",
+        [one, as_json],
+    )
+    p.add_argument("id", help="job id (or a unique prefix of one)")
+    p.add_argument("--interval", type=_positive_float, default=0.25, help="poll every S (0.25)")
+    p.add_argument("--timeout", type=_positive_float, help="give up after S seconds (exit 124)")
+
+    p = add("cancel", cmd_cancel, "request a job's cancellation", [one, as_json])
+    p.add_argument("id", help="job id (or a unique prefix of one)")
+
+    p = add("estimate", cmd_estimate, "dry-run cost gate for a render", [one, as_json])
+    p.add_argument("kind", help="the job kind, e.g. panel.animate")
+    p.add_argument("--params", default="{}", help="the render params as a JSON object")
+
+    p = add("summarize", cmd_summarize, "jobs of several projects, read-only", [one, as_json])
+    p.add_argument("roots", nargs="*", metavar="ROOT", help="project folders (default: --project)")
+    p.add_argument("--status", help="only jobs with this status")
+    p.add_argument("--limit", type=_positive_int, default=20, help="at most N jobs per project")
+
+    p = add("serve", cmd_serve, "serve the web tray and the JSON API", [many])
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1)")
+    p.add_argument("--port", type=_positive_int, default=8765, help="port (8765)")
+    p.add_argument("--token", help=f"require this bearer token (default: ${TOKEN_ENV})")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first (it registers kinds POST /api/jobs may start)",
+    )
+    p.add_argument(
+        "--max-body-bytes", type=_positive_int, default=64 * 1024, help="request body limit"
+    )
+
+    p = add("worker", cmd_worker, "run queued jobs of registered kinds", [many])
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first (it registers kinds)",
+    )
+    p.add_argument("--max-concurrent", type=_positive_int, help="bodies at once")
+
+    db = sub.add_parser("db", help="database maintenance", description="database maintenance")
+    db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND")
+    p = db_sub.add_parser("migrate", help="create or upgrade the PostgreSQL schema", parents=[one])
+    p.add_argument("--database-url", help="postgresql://… (default: $NW_JOBS_DATABASE_URL)")
+    p.set_defaults(func=cmd_db_migrate)
+    db.set_defaults(func=None, parser=db)
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from nw import ProjectError
+    from nw.jobs import InvalidJobId, JobStoreError, KindImportError
+
+    return (
+        UserError,
+        ProjectError,
+        InvalidJobId,
+        JobStoreError,
+        KindImportError,
+        KeyError,
+        ValueError,
+        TypeError,
+    )
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return str(exc) or type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.version:
+        from nw import __version__
+
+        print(f"nw-jobs {__version__}")
+        return EXIT_OK
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if getattr(args, "func", None) is None:  # `nw-jobs db` alone
+        args.parser.print_help()
+        return EXIT_USAGE
+    if extra and args.command != "worker":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        if args.command == "worker":
+            return cmd_worker(args, extra)
+        return args.func(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except _user_errors() as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        sys.stderr.write(f"nw-jobs: error: {_message(exc)}\n")
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

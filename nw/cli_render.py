@@ -1,0 +1,289 @@
+"""How a job reads on a terminal: plain text for pipes, rich renderables for a TTY.
+
+Everything here takes the JSON contract (``nw.jobs.to_dict``), never a ``Job``,
+so the table, the plain line and ``--json`` all show the same data. The cost
+rule is the one the seed insists on: a lower bound reads ``≥ $x``, an unknown
+reads ``unknown``, and neither ever reads ``$0``. The web tray's ``tray.js``
+mirrors these rules; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Group
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+ESTIMATING = "estimating…"
+STATUS_STYLE = {
+    "queued": "grey62",
+    "running": "bold cyan",
+    "cancelling": "magenta",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "blue",
+}
+GRADE_STYLE = {"ok": "green", "notice": "blue", "warning": "yellow", "error": "bold red"}
+LIVE = ("queued", "running", "cancelling")
+
+
+def usd(value: float) -> str:
+    return f"${value:.3f}" if 0 < abs(value) < 0.01 else f"${value:.2f}"
+
+
+def cost_text(job: Mapping[str, Any]) -> str:
+    """The job's spend with its honesty flag.
+
+    A reported actual wins; a flagged one is a lower bound (``≥``), and a
+    flagged zero is not a number at all (``unknown``). With no actual yet,
+    the estimate is shown as one (``est.``), and a missing estimate is
+    ``unknown``.
+    """
+    cost = job.get("cost") or {}
+    actual, lower = cost.get("actual_usd"), cost.get("actual_is_lower_bound")
+    if actual is not None:
+        if lower:
+            return "unknown" if actual <= 0 else f"≥ {usd(actual)}"
+        return f"{usd(actual)} cached" if job.get("cached") else usd(actual)
+    if lower:
+        return "unknown"
+    estimated = cost.get("estimated_usd")
+    if estimated is None:
+        return "unknown"
+    return f"est. {usd(estimated)}"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = max(float(seconds), 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{round(seconds)}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{seconds / 3600:.1f}h"
+
+
+def eta_text(job: Mapping[str, Any]) -> str:
+    """Remaining time and how much to trust it; ``estimating…`` for a bare prior."""
+    status = job.get("status")
+    if status not in LIVE:
+        return f"took {duration(job.get('elapsed_s'))}" if job.get("elapsed_s") else "—"
+    confidence = job.get("confidence")
+    if confidence == "prior" or job.get("label_hint") == ESTIMATING or confidence is None:
+        return ESTIMATING
+    eta = job.get("eta_s")
+    if eta is None:
+        return ESTIMATING
+    if status == "queued":
+        return f"~{duration(eta)} once running ({confidence})"
+    hint = job.get("label_hint")
+    if hint == "taking longer than usual":
+        return f"{hint} ({confidence})"
+    return f"~{duration(eta)} left ({confidence})"
+
+
+def stage_text(job: Mapping[str, Any]) -> str:
+    progress = job.get("progress") or {}
+    index, count = progress.get("stage_index"), progress.get("stage_count")
+    name = progress.get("current_transform")
+    parts = []
+    if name:
+        parts.append(str(name))
+    if isinstance(index, int) and isinstance(count, int) and count > 0:
+        parts.append(f"{index}/{count}")
+    return " · ".join(parts) or "—"
+
+
+def pct_text(job: Mapping[str, Any]) -> str:
+    pct = job.get("pct")
+    return "—" if pct is None else f"{pct:.0f}%"
+
+
+def outcome_text(job: Mapping[str, Any]) -> str:
+    """What a finished job has to say: its error, its artifact, or a cache hit."""
+    if job.get("error"):
+        return str(job["error"])
+    if job.get("cached"):
+        saved = (job.get("cost") or {}).get("cache_hit_savings_usd")
+        return f"cache hit, saved {usd(saved)}" if saved else "cache hit"
+    if job.get("artifact_ref"):
+        return str(job["artifact_ref"])
+    return ""
+
+
+def short_id(job_id: str) -> str:
+    return job_id[:12]
+
+
+def plain_line(job: Mapping[str, Any]) -> str:
+    """One line for logs and pipes (no colour, no bar)."""
+    bits = [
+        f"{short_id(job['job_id'])}",
+        f"{job.get('label') or job.get('kind')}",
+        f"{job.get('status')}",
+        pct_text(job),
+        eta_text(job),
+        f"stage {stage_text(job)}",
+        f"cost {cost_text(job)}",
+    ]
+    if job.get("grade"):
+        bits.append(f"grade {job['grade']}")
+    outcome = outcome_text(job)
+    if outcome and job.get("status") not in LIVE:
+        bits.append(outcome)
+    return " | ".join(bits)
+
+
+def status_cell(job: Mapping[str, Any]) -> Text:
+    status = str(job.get("status"))
+    style = GRADE_STYLE.get(job.get("grade") or "", STATUS_STYLE.get(status, ""))
+    return Text(status, style=style)
+
+
+def bar(job: Mapping[str, Any], width: int = 24) -> ProgressBar | Text:
+    status = job.get("status")
+    pct = job.get("pct")
+    if status in LIVE:
+        if pct is None:
+            # No honest percentage yet: a pulsing bar, not a made-up number.
+            return ProgressBar(total=None, width=width, pulse=True)
+        return ProgressBar(
+            total=100, completed=pct, width=width, complete_style="cyan", finished_style="cyan"
+        )
+    style = GRADE_STYLE.get(job.get("grade") or "", "")
+    return ProgressBar(
+        total=100,
+        completed=100 if status == "succeeded" else (pct or 0),
+        width=width,
+        complete_style=style or "bar.complete",
+        finished_style=style or "bar.finished",
+    )
+
+
+@dataclass(frozen=True)
+class _Column:
+    name: str
+    cell: Callable[[Mapping[str, Any]], Any]
+    min: int
+    max: int
+    priority: int
+    """Lower keeps its place longer when the terminal is narrow."""
+    grows: int
+    """Lower gets spare width first."""
+    justify: str = "left"
+    style: str = ""
+
+
+_COLUMNS = (
+    _Column("id", lambda j: short_id(j["job_id"]), 12, 12, 7, 9, style="dim"),
+    _Column("job", lambda j: j.get("label") or j["kind"], 14, 32, 0, 1),
+    _Column("status", status_cell, 10, 10, 1, 9),
+    _Column("progress", lambda j: bar(j, width=16), 16, 16, 2, 9),
+    _Column("%", pct_text, 4, 4, 5, 9, justify="right"),
+    _Column("ETA", eta_text, 14, 22, 3, 2),
+    _Column("stage", stage_text, 10, 20, 6, 3),
+    _Column("cost", cost_text, 12, 13, 4, 0, justify="right"),
+    _Column("note", lambda j: _note(j), 12, 60, 8, 4, style="dim"),
+)
+_PER_COLUMN = 3  # padding either side and a separator; the edges make it 3n - 1 in all
+
+
+def jobs_table(
+    jobs: Iterable[Mapping[str, Any]],
+    *,
+    title: str | None = None,
+    width: int = 160,
+    show_id: bool = True,
+) -> Table:
+    """The jobs as a table that fits ``width`` columns: on a narrow terminal the
+    note, the id and the stage give way before status, progress, ETA and cost."""
+    candidates = [c for c in _COLUMNS if show_id or c.name != "id"]
+    chosen: list[_Column] = []
+    for column in sorted(candidates, key=lambda c: c.priority):
+        needed = sum(c.min + _PER_COLUMN for c in [*chosen, column]) - 1
+        if needed <= width:
+            chosen.append(column)
+    spare = width + 1 - sum(c.min + _PER_COLUMN for c in chosen)
+    widths = {c.name: c.min for c in chosen}
+    for column in sorted(chosen, key=lambda c: c.grows):
+        grow = min(column.max - column.min, max(spare, 0))
+        widths[column.name] += grow
+        spare -= grow
+    shown = [c for c in candidates if c in chosen]
+    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", pad_edge=False)
+    for column in shown:
+        table.add_column(
+            column.name,
+            width=widths[column.name],
+            no_wrap=True,
+            overflow="ellipsis",
+            justify=column.justify,  # type: ignore[arg-type]
+            style=column.style,
+        )
+    for job in jobs:
+        table.add_row(*(column.cell(job) for column in shown))
+    return table
+
+
+def _note(job: Mapping[str, Any]) -> str:
+    return outcome_text(job) if job.get("status") not in LIVE else ""
+
+
+def _when(value: str | None) -> str:
+    if not value:
+        return "—"
+    try:
+        return datetime.fromisoformat(value).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return value
+
+
+def job_detail(job: Mapping[str, Any], trail: list[Mapping[str, Any]] | None = None) -> Group:
+    """``nw-jobs show``: the fields a person asks about, then the progress trail."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows: list[tuple[str, Any]] = [
+        ("id", job["job_id"]),
+        ("label", job.get("label")),
+        ("kind", job.get("kind")),
+        ("status", status_cell(job)),
+        ("grade", Text(job.get("grade") or "—", style=GRADE_STYLE.get(job.get("grade") or ""))),
+        ("progress", Group(bar(job, width=30), Text(pct_text(job)))),
+        ("ETA", eta_text(job)),
+        ("stage", stage_text(job)),
+        ("cost", cost_text(job)),
+        ("created", _when(job.get("created_at"))),
+        ("started", _when(job.get("started_at"))),
+        ("finished", _when(job.get("finished_at"))),
+        ("attempt", f"{job.get('attempt')}/{job.get('max_attempts')}"),
+    ]
+    if job.get("error"):
+        rows.append(("error", Text(str(job["error"]), style="red")))
+    if job.get("artifact_ref"):
+        rows.append(("artifact", job["artifact_ref"]))
+    if job.get("worker_silent_s") is not None:
+        rows.append(("worker silent", duration(job["worker_silent_s"])))
+    for name, value in rows:
+        grid.add_row(name, value if value is not None else "—")
+    parts: list[Any] = [grid]
+    if trail:
+        steps = Table(title="progress trail", box=box.SIMPLE, title_justify="left")
+        steps.add_column("time", style="dim")
+        steps.add_column("%", justify="right")
+        steps.add_column("message")
+        for beat in trail[-15:]:
+            ts = beat.get("ts")
+            when = datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts else "—"
+            pct = beat.get("pct")
+            message = beat.get("message") or stage_text({"progress": beat.get("stage") or {}})
+            steps.add_row(when, "—" if pct is None else f"{pct:.0f}", message)
+        parts.append(steps)
+    return Group(*parts)

@@ -1,0 +1,98 @@
+"""How a job reads: the cost's honesty flag, the ETA's confidence, the stage (pure)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from nw.cli_render import cost_text, eta_text, jobs_table, plain_line, stage_text
+
+COST_CASES = [
+    # (cost, cached, shown)
+    ({"actual_usd": 0.5, "actual_is_lower_bound": False}, False, "$0.50"),
+    ({"actual_usd": 0.5, "actual_is_lower_bound": True}, False, "≥ $0.50"),
+    ({"actual_usd": 0.0, "actual_is_lower_bound": True}, False, "unknown"),
+    ({"actual_usd": None, "actual_is_lower_bound": True}, False, "unknown"),
+    ({"actual_usd": 0.0, "actual_is_lower_bound": False}, True, "$0.00 cached"),
+    ({"estimated_usd": 0.35}, False, "est. $0.35"),
+    ({"estimated_usd": None}, False, "unknown"),
+    ({"actual_usd": 0.004, "actual_is_lower_bound": None}, False, "$0.004"),
+]
+
+
+@pytest.mark.parametrize("cost, cached, shown", COST_CASES)
+def test_cost_carries_its_honesty_flag(cost, cached, shown):
+    assert cost_text({"cost": cost, "cached": cached}) == shown
+
+
+def test_an_unknown_cost_never_reads_as_zero():
+    for cost, cached, _ in COST_CASES:
+        text = cost_text({"cost": cost, "cached": cached})
+        if cost.get("actual_is_lower_bound") or cost.get("estimated_usd", 0) is None:
+            assert not text.startswith("$0"), text
+
+
+@pytest.mark.parametrize(
+    "job, shown",
+    [
+        ({"status": "running", "confidence": "prior", "eta_s": 10}, "estimating…"),
+        ({"status": "running", "confidence": "learned", "eta_s": 3.2}, "~3.2s left (learned)"),
+        ({"status": "queued", "confidence": "learned", "eta_s": 12}, "~12s once running (learned)"),
+        (
+            {
+                "status": "running",
+                "confidence": "learned",
+                "eta_s": 0,
+                "label_hint": "taking longer than usual",
+            },
+            "taking longer than usual (learned)",
+        ),
+        ({"status": "succeeded", "elapsed_s": 75}, "took 1m15s"),
+        ({"status": "failed", "elapsed_s": None}, "—"),
+    ],
+)
+def test_eta_says_how_much_to_trust_it(job, shown):
+    assert eta_text(job) == shown
+
+
+def test_stage_and_plain_line():
+    job = {
+        "job_id": "a" * 64,
+        "kind": "panel.render",
+        "label": "Panel 1",
+        "status": "running",
+        "pct": 33.3,
+        "confidence": "observed",
+        "eta_s": 2,
+        "progress": {"stage_index": 1, "stage_count": 3, "current_transform": "render"},
+        "cost": {"actual_usd": 0.1, "actual_is_lower_bound": True},
+    }
+    assert stage_text(job) == "render · 1/3"
+    assert plain_line(job) == (
+        "aaaaaaaaaaaa | Panel 1 | running | 33% | ~2.0s left (observed) | stage render · 1/3"
+        " | cost ≥ $0.10"
+    )
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 160])
+def test_the_table_fits_the_terminal(width):
+    from rich.console import Console
+
+    job = {
+        "job_id": "b" * 64,
+        "kind": "k",
+        "label": "x" * 80,
+        "status": "failed",
+        "error": "e" * 200,
+        "grade": "error",
+        "cost": {},
+        "progress": {},
+    }
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(jobs_table([job], width=width))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "failed" in text
+    if width >= 80:  # the cost survives on an ordinary terminal, and reads honestly
+        assert "unknown" in text

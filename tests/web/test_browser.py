@@ -1,0 +1,167 @@
+"""The tray in headless Chromium: a running job's bar advances, Cancel ends it cancelled.
+
+Driven by Selenium through Debian's ``chromium-driver`` (the driver is built
+from the same source as ``chromium``, so the two versions always match, and
+nothing is downloaded at test time). Skipped when either binary or Selenium
+is missing, unless ``NW_REQUIRE_BROWSER=1`` (CI), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+import pytest
+
+from nw.jobs import JobCancelled, enqueue, get_job
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.slow
+TOKEN = "browser-test-token"
+
+
+def _browser_or_skip():
+    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    reason = None
+    if missing:
+        reason = f"needs {' and '.join(missing)} (apt-get install chromium chromium-driver)"
+    else:
+        try:
+            import selenium  # noqa: F401
+        except ImportError:
+            reason = "needs selenium (pip install 'nw-jobs[test]')"
+    if reason:
+        if os.environ.get("NW_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"NW_REQUIRE_BROWSER=1 but the browser test {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def browser():
+    _browser_or_skip()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="nw-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1200,900",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(
+        options=options, service=Service(executable_path=shutil.which("chromedriver"))
+    )
+    driver.set_page_load_timeout(20)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+class Crawl:
+    """A body that reports a slowly growing fraction until it is cancelled."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+
+    def __call__(self, project, params, *, on_event, should_cancel):
+        fraction = 0.02
+        on_event({"stage_index": 0, "stage_count": 3, "current_transform": "render"})
+        while not self.stop.is_set():
+            if should_cancel():
+                raise JobCancelled("stopped by the tray")
+            fraction = min(fraction + 0.01, 0.95)
+            on_event({"fraction": fraction, "current_transform": "render"})
+            time.sleep(0.1)
+        return {"ok": True}
+
+
+def _pct(driver, job_id: str) -> float | None:
+    found = driver.find_elements("css selector", f'article[data-job-id="{job_id}"] .fill')
+    if not found:
+        return None
+    value = found[0].get_attribute("data-pct")
+    return float(value) if value else None
+
+
+def test_tray_shows_a_job_advance_and_cancels_it(browser, project):
+    pytest.importorskip("uvicorn")
+    from nw.jobs.web import create_app
+    from tests.web.server import serving
+
+    # Given a running job that reports its progress, and the tray served with a token
+    crawl = Crawl()
+    job = enqueue(project, "crawl", {"title": "Slow render"}, dispatch={"crawl": crawl})
+    app = create_app([project], token=TOKEN, poll_interval_s=0.2)
+    try:
+        with serving(app) as url:
+            # When a person opens the tray (the token link trades itself for a cookie)
+            browser.get(f"{url}/?token={TOKEN}")
+            assert "token" not in browser.current_url
+            # Then the job's card shows a bar that advances
+            first = wait_until(lambda: _pct(browser, job.job_id), what="the bar to show a pct")
+            wait_until(
+                lambda: (_pct(browser, job.job_id) or 0) > first,
+                what=f"the bar to advance past {first}",
+            )
+            card = browser.find_element("css selector", f'article[data-job-id="{job.job_id}"]')
+            assert "Slow render" in card.text
+            # When they click Cancel
+            card.find_element("css selector", "button.cancel").click()
+            # Then the job ends cancelled: it leaves the active list for the recent feed
+            row = f'#recent li[data-job-id="{job.job_id}"][data-status="cancelled"]'
+            wait_until(
+                lambda: browser.find_elements("css selector", row),
+                what="the job to show as cancelled in the recent feed",
+            )
+            assert not browser.find_elements("css selector", f'article[data-job-id="{job.job_id}"]')
+            feed = browser.find_element("css selector", row)
+            assert feed.get_attribute("data-grade") == "notice"
+    finally:
+        crawl.stop.set()
+    final = wait_until(
+        lambda: (j := get_job(project, job.job_id)) is not None and j.is_terminal and j,
+        what="the job to finish",
+    )
+    assert final.status == "cancelled"
+
+
+def test_the_page_formats_costs_and_etas_like_the_terminal(browser, project):
+    pytest.importorskip("uvicorn")
+    from nw.cli_render import cost_text, eta_text
+    from nw.jobs.web import create_app
+    from tests.cli.test_render import COST_CASES
+    from tests.web.server import serving
+
+    etas = [
+        {"status": "running", "confidence": "prior", "eta_s": 10},
+        {"status": "running", "confidence": "learned", "eta_s": 3.2},
+        {"status": "queued", "confidence": "exact", "eta_s": 0.5},
+        {"status": "running", "confidence": None, "eta_s": None},
+    ]
+    with serving(create_app([project])) as url:
+        browser.get(url + "/")
+        wait_until(lambda: browser.execute_script("return typeof costOf === 'function'"))
+        for cost, cached, shown in COST_CASES:
+            job = {"cost": cost, "cached": cached}
+            assert browser.execute_script("return costOf(arguments[0]).text", job) == shown
+            assert cost_text(job) == shown
+        for job in etas:
+            text = browser.execute_script("return etaOf(arguments[0])", job)
+            page = text[0] + (f" ({text[1]})" if text[1] else "")
+            assert page == eta_text(job)
