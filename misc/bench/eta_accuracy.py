@@ -208,9 +208,7 @@ def replay(jobs: list[Sim], store: SqliteJobStore) -> None:
 def _submit(job: Sim, store: SqliteJobStore, now: float) -> None:
     units = job.params.get("units")
     plan = eta.eta_plan(job.params, units, CONFIG)
-    durations = store.samples(  # as facade.enqueue reads them
-        [*plan.candidates, *eta.progress_keys(plan)], window=CONFIG.sample_window_k
-    )
+    durations = store.samples(eta.sample_keys(plan), window=CONFIG.sample_window_k)
     kw = dict(expected_cache_hit=plan.expected_cache_hit, units=units)
     for name, cfg in VARIANTS.items():
         pred = eta.predict_total_s(
@@ -226,12 +224,11 @@ def _submit(job: Sim, store: SqliteJobStore, now: float) -> None:
         params=job.params,
         now=now,
         plan=plan,
-        prediction=pred,
+        prediction=eta.prediction_fields(plan, durations, CONFIG),
         estimated_usd=None,
         runner="local",
         max_attempts=1,
     )
-    job.out["record"]["eta_progress"] = eta.progress_curve(plan, durations, CONFIG)
     job.out["record"]["started_at"] = now
     job.out["base"] = baseline_predict(plan, durations)
 
