@@ -32,6 +32,8 @@ log = logging.getLogger("nw.jobs")
 
 OPTIONAL_KWARGS = ("job_id", "on_event", "should_cancel", "secrets", "resume")
 _CANCEL_POLL_S = 0.25
+REPREDICT_AFTER_S = 1.0
+"""A job that waited in the queue at least this long is predicted again at its start."""
 
 
 def accepted_kwargs(fn: Callable, offered: Mapping[str, Any]) -> dict[str, Any]:
@@ -266,6 +268,9 @@ def _repredict(store: JobStore, row: JobRow, config: JobsConfig) -> JobRow:
     rec = row.record
     plan = eta.plan_of_record(rec)
     if not plan.candidates or plan.expected_cache_hit:
+        return row
+    waited = (rec.get("started_at") or 0.0) - (rec.get("created_at") or 0.0)
+    if waited < REPREDICT_AFTER_S:  # nothing can have been learned meanwhile worth a write
         return row
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
     fields = eta.prediction_fields(plan, samples, config)

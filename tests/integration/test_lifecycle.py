@@ -227,7 +227,10 @@ def test_at_most_max_concurrent_bodies_run_and_the_rest_wait_queued(project):
 def test_the_eta_is_predicted_again_when_a_queued_job_starts(project, gate):
     from nw.jobs.stores import shared_store
 
-    one = jobs.JobsConfig(max_concurrent=1)
+    import time
+
+    skew = [0.0]  # the queue wait is made long by moving the clock, not by sleeping
+    one = jobs.JobsConfig(max_concurrent=1, clock=lambda: time.time() + skew[0])
     params = {"model": "flux", "operation": "t2i"}
     blocker = jobs.enqueue(project, "b", {}, dispatch={"b": gate}, config=one)
     assert gate.started.wait(5)
@@ -237,6 +240,7 @@ def test_the_eta_is_predicted_again_when_a_queued_job_starts(project, gate):
     shared_store(project, one, create=False).add_samples({"flux|t2i": 7.0}, now=1.0, window=20)
     for t in (2.0, 3.0):
         shared_store(project, one, create=False).add_samples({"flux|t2i": 7.0}, now=t, window=20)
+    skew[0] = 5.0
     gate.release.set()
     assert second_gate.started.wait(5)
     running = jobs.get_job(project, waiting.job_id, config=one)  # as soon as it starts

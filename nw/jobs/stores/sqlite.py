@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import sqlite3
 import threading
@@ -34,6 +35,7 @@ from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, split_record, ut
 
 DB_NAME = "jobs.sqlite3"
 SCHEMA_VERSION = 1
+_PRUNE_CHANCE = 0.1  # a key keeps about window + 10 samples between prunes
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _SELECT = (
@@ -432,16 +434,18 @@ class SqliteJobStore(JobStore):
 
     def add_samples(self, samples: Mapping[str, float], *, now: float, window: int) -> None:
         with self._cursor(write=True) as c:
-            for key, seconds in samples.items():
-                c.execute(
-                    "INSERT INTO durations (key, at, seconds) VALUES (?, ?, ?)",
-                    (key, now, float(seconds)),
-                )
-                c.execute(
-                    "DELETE FROM durations WHERE key = ? AND rowid NOT IN"
-                    " (SELECT rowid FROM durations WHERE key = ? ORDER BY at DESC LIMIT ?)",
-                    (key, key, window),
-                )
+            c.executemany(
+                "INSERT INTO durations (key, at, seconds) VALUES (?, ?, ?)",
+                [(key, now, float(seconds)) for key, seconds in samples.items()],
+            )
+            # Reads take the newest `window` anyway: prune in batches, not per sample.
+            for key in samples:
+                if random.random() < _PRUNE_CHANCE:
+                    c.execute(
+                        "DELETE FROM durations WHERE key = ? AND rowid NOT IN (SELECT rowid"
+                        " FROM durations WHERE key = ? ORDER BY at DESC, rowid DESC LIMIT ?)",
+                        (key, key, window),
+                    )
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
         with self._cursor(write=True) as c:
