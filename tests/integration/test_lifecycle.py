@@ -225,9 +225,9 @@ def test_at_most_max_concurrent_bodies_run_and_the_rest_wait_queued(project):
 
 
 def test_the_eta_is_predicted_again_when_a_queued_job_starts(project, gate):
-    from nw.jobs.stores import shared_store
-
     import time
+
+    from nw.jobs.stores import shared_store
 
     skew = [0.0]  # the queue wait is made long by moving the clock, not by sleeping
     one = jobs.JobsConfig(max_concurrent=1, clock=lambda: time.time() + skew[0])

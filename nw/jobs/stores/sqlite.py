@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import sqlite3
 import threading
@@ -35,7 +34,6 @@ from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, split_record, ut
 
 DB_NAME = "jobs.sqlite3"
 SCHEMA_VERSION = 1
-_PRUNE_CHANCE = 0.1  # a key keeps about window + 10 samples between prunes
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _SELECT = (
@@ -438,14 +436,12 @@ class SqliteJobStore(JobStore):
                 "INSERT INTO durations (key, at, seconds) VALUES (?, ?, ?)",
                 [(key, now, float(seconds)) for key, seconds in samples.items()],
             )
-            # Reads take the newest `window` anyway: prune in batches, not per sample.
             for key in samples:
-                if random.random() < _PRUNE_CHANCE:
-                    c.execute(
-                        "DELETE FROM durations WHERE key = ? AND rowid NOT IN (SELECT rowid"
-                        " FROM durations WHERE key = ? ORDER BY at DESC, rowid DESC LIMIT ?)",
-                        (key, key, window),
-                    )
+                c.execute(
+                    "DELETE FROM durations WHERE key = ? AND rowid NOT IN (SELECT rowid"
+                    " FROM durations WHERE key = ? ORDER BY at DESC, rowid DESC LIMIT ?)",
+                    (key, key, window),
+                )
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
         with self._cursor(write=True) as c:
