@@ -11,6 +11,53 @@ from nw.jobs.runtime import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
 
 POSTGRES_URL = os.environ.get("NW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_POSTGRES = os.environ.get("NW_REQUIRE_POSTGRES") == "1"
+_pg_problem: list[str | None] = []
+
+
+def postgres_problem() -> str | None:
+    """Why PostgreSQL cannot be used here (None: it can); asked once per session."""
+    if not _pg_problem:
+        try:
+            import psycopg
+
+            with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
+                conn.execute("SELECT 1")
+            _pg_problem.append(None)
+        except Exception as exc:  # ImportError included: the extra is not installed
+            from nw.jobs.stores.pg_connect import scrub
+
+            _pg_problem.append(f"{type(exc).__name__}: {scrub(str(exc)).strip()}")
+    return _pg_problem[0]
+
+
+def require_postgres() -> str:
+    """The test database URL, or skip (fail under NW_REQUIRE_POSTGRES=1) with the reason."""
+    problem = postgres_problem()
+    if problem is None:
+        return POSTGRES_URL
+    from nw.jobs.stores.pg_connect import Database
+
+    where = Database(POSTGRES_URL).display
+    reason = (
+        f"PostgreSQL is not reachable at {where} ({problem}); start it or set NW_TEST_DATABASE_URL"
+    )
+    if REQUIRE_POSTGRES:
+        pytest.fail(f"NW_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def purge_postgres_project(project) -> None:
+    """Drop a test project's rows from the shared test database."""
+    project_id = project.read_meta().get("project_id")
+    if not project_id or postgres_problem() is not None:
+        return
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    PostgresJobStore(POSTGRES_URL, project_id).purge()
+
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture(autouse=True)
@@ -27,10 +74,21 @@ def project(tmp_path):
     return nw.Project.init(tmp_path / "proj", title="test project")
 
 
-@pytest.fixture
-def cfg():
-    """Fast liveness so tests about beats and reaps finish in seconds."""
-    return JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0, stale_running_s=2.0)
+@pytest.fixture(params=BACKENDS)
+def cfg(request):
+    """Fast liveness so tests about beats and reaps finish in seconds; once per
+    backend (the embedded SQLite file, then PostgreSQL by ``database_url``)."""
+    fast = {"heartbeat_interval_s": 0.2, "heartbeat_stale_s": 1.0, "stale_running_s": 2.0}
+    if request.param == "sqlite":
+        yield JobsConfig(**fast)
+        return
+    url = require_postgres()
+    proj = request.getfixturevalue("project") if "project" in request.fixturenames else None
+    yield JobsConfig(**fast, database_url=url)
+    shutdown_runtimes(wait=False)
+    close_shared_stores()
+    if proj is not None:
+        purge_postgres_project(proj)
 
 
 class Gate:

@@ -24,10 +24,15 @@ def database_url(config: JobsConfig) -> str | None:
 
 
 def store_location(project: Project, config: JobsConfig) -> tuple[str, str]:
-    """(backend name, where): the key one process shares a store under."""
+    """(backend name, where): the key one process shares a store under.
+
+    PostgreSQL: one database holds many projects, so the key names the
+    project too (by its id; by its folder before it has one, when there is no
+    store to share anyway)."""
     url = database_url(config)
     if url:
-        return "postgres", url
+        ns = project.read_meta().get("project_id") or f"path:{project.root}"
+        return "postgres", f"{ns}@{url}"
     return "sqlite", str(Path(project.root) / config.jobs_dirname / "jobs.sqlite3")
 
 
@@ -38,7 +43,7 @@ def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStor
     if backend == "postgres":
         from nw.jobs.stores.postgres import open_postgres_store
 
-        return open_postgres_store(where, project, create=create)
+        return open_postgres_store(database_url(config), project, create=create)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not Path(where).exists():
@@ -61,21 +66,27 @@ def shared_store(project: Project, config: JobsConfig, *, create: bool) -> JobSt
             return store
         if not create and not _exists(project, config):
             return None
-        store = _SHARED[key] = _open_writable(project, config)
+        store = _open_writable(project, config, create=create)
+        if store is None:
+            return None
+        _SHARED[store_location(project, config)] = store
         return store
 
 
 def _exists(project: Project, config: JobsConfig) -> bool:
     backend, where = store_location(project, config)
-    return backend == "postgres" or Path(where).exists()
+    if backend == "postgres":  # a project without an id never stored a job
+        return bool(project.read_meta().get("project_id"))
+    return Path(where).exists()
 
 
-def _open_writable(project: Project, config: JobsConfig) -> JobStore:
+def _open_writable(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
     backend, where = store_location(project, config)
     if backend == "postgres":
         from nw.jobs.stores.postgres import open_postgres_store
 
-        return open_postgres_store(where, project, create=True)
+        # Writable, but a read path (create=False) never migrates nor makes an id.
+        return open_postgres_store(database_url(config), project, create=create, read_only=False)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     return SqliteJobStore(where)

@@ -1,0 +1,541 @@
+"""The store contract (stores/base.py), one suite for every backend.
+
+Each test reads Given / When / Then against the ``store`` fixture, which runs
+it on the embedded SQLite store and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import Counter
+from datetime import UTC, datetime
+
+import pytest
+from au import ComputationResult, ComputationStatus
+
+from nw.jobs.errors import JobStoreError
+from nw.jobs.status import job_status
+
+T0 = 1_700_000_000.0
+_ids = itertools.count(1)
+
+
+def jid(n: int | None = None) -> str:
+    return f"{next(_ids) if n is None else n:064x}"
+
+
+def record(job_id: str | None = None, *, kind: str = "render", at: float = T0, **extra) -> dict:
+    rec = {
+        "job_id": job_id or jid(),
+        "kind": kind,
+        "label": kind,
+        "idempotency_key": f"key-{at}",
+        "params": {"n": 1},
+        "created_at": at,
+        "started_at": None,
+        "finished_at": None,
+        "heartbeat_at": None,
+        "attempt": 0,
+        "max_attempts": 1,
+        "cancel_requested": False,
+        "runner": "worker",
+        "run_id": f"run-{at}",
+        "actor": None,
+        "estimated_usd": None,
+    }
+    rec.update(extra)
+    return rec
+
+
+def queued(store, n: int = 1, *, kind: str = "render", claimable: bool = True, at: float = T0):
+    out = []
+    for i in range(n):
+        row, created = store.create(record(kind=kind, at=at + i), claimable=claimable)
+        assert created
+        out.append(row.record["job_id"])
+    return out
+
+
+def finish_ok(store, job_id: str, attempt: int | None, at: float = T0 + 100) -> bool:
+    return store.finish(
+        job_id,
+        au_status=ComputationStatus.COMPLETED,
+        result={"ok": True},
+        error=None,
+        fields={"finished_at": at},
+        attempt=attempt,
+    )
+
+
+# ----- create and dedup ----------------------------------------------------------------
+def test_create_puts_a_queued_job_once(store):
+    rec = record()
+    row, created = store.create(rec, claimable=True)
+    assert created and row.status.value == "queued"
+    again, created_again = store.create(record(rec["job_id"], at=T0 + 5), claimable=True)
+    assert not created_again
+    assert again.record["created_at"] == T0 and again.status.value == "queued"
+    got = store.get(rec["job_id"])
+    assert got.record["params"] == {"n": 1} and got.record["attempt"] == 0
+    assert got.au_status == "pending"
+
+
+def test_create_returns_the_running_and_cancelling_job(store):
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w", limit=1)
+    row, created = store.create(record(a, at=T0 + 2), claimable=True)
+    assert not created and row.status.value == "running"
+    store.request_cancel(a, now=T0 + 3)
+    row, created = store.create(record(a, at=T0 + 4), claimable=True)
+    assert not created and row.status.value == "cancelling"
+
+
+def test_create_replaces_a_finished_job_with_a_new_run(store):
+    (a,) = queued(store)
+    (row,) = store.claim(["render"], now=T0 + 1, runner_id="w")
+    store.append_progress(a, {"ts": T0 + 1, "pct": 10.0}, attempt=1)
+    assert finish_ok(store, a, 1)
+    row, created = store.create(record(a, at=T0 + 50, params={"n": 2}), claimable=True)
+    assert created and row.status.value == "queued"
+    got = store.get(a)
+    assert got.status.value == "queued" and got.record["attempt"] == 0
+    assert got.record["params"] == {"n": 2} and got.record["finished_at"] is None
+    assert got.result is None
+    assert store.progress(a, limit=10) == []
+    assert [r.record["job_id"] for r in store.claim(["render"], now=T0 + 60, runner_id="w")] == [a]
+
+
+def test_two_threads_creating_the_same_id_get_one_job(store):
+    for _ in range(15):
+        job_id = jid()
+        barrier = threading.Barrier(4)
+        results: list[bool] = []
+        lock = threading.Lock()
+
+        def go(job_id=job_id, barrier=barrier, lock=lock, results=results):
+            barrier.wait()
+            _, created = store.create(record(job_id), claimable=True)
+            with lock:
+                results.append(created)
+
+        threads = [threading.Thread(target=go) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [False, False, False, True]
+    assert len(list(store.iter_ids())) == 15
+
+
+# ----- start and claim ----------------------------------------------------------------------
+def test_start_moves_a_queued_job_to_running_once(store):
+    (a,) = queued(store, claimable=False)
+    row = store.start(a, now=T0 + 1, runner_id="proc-1")
+    assert row.status.value == "running"
+    assert row.record["attempt"] == 1 and row.record["started_at"] == T0 + 1
+    assert row.record["heartbeat_at"] == T0 + 1 and row.record["runner_id"] == "proc-1"
+    assert store.start(a, now=T0 + 2, runner_id="proc-2") is None
+    assert store.start(jid(), now=T0 + 2, runner_id="proc-2") is None
+    assert store.get(a).record["runner_id"] == "proc-1"
+    assert store.get_status(a).status is ComputationStatus.RUNNING
+
+
+def test_start_refuses_a_cancelled_job(store):
+    (a,) = queued(store, claimable=False)
+    store.request_cancel(a, now=T0 + 1)
+    assert store.start(a, now=T0 + 2, runner_id="p") is None
+    assert store.get(a).status.value == "cancelled"
+
+
+def test_claim_takes_the_oldest_due_jobs_in_one_batch(store):
+    ids = queued(store, 5)
+    got = store.claim(["render"], now=T0 + 10, runner_id="w", limit=3)
+    assert [r.record["job_id"] for r in got] == ids[:3]
+    assert all(r.status.value == "running" and r.record["attempt"] == 1 for r in got)
+    assert all(r.record["runner_id"] == "w" and r.record["started_at"] == T0 + 10 for r in got)
+    rest = store.claim(["render"], now=T0 + 10, runner_id="w", limit=10)
+    assert [r.record["job_id"] for r in rest] == ids[3:]
+    assert store.claim(["render"], now=T0 + 10, runner_id="w", limit=10) == []
+
+
+def test_claim_filters_by_kind_and_due_time_and_claimability(store):
+    (img,) = queued(store, kind="image", at=T0)
+    (vid,) = queued(store, kind="video", at=T0 + 1)
+    (local,) = queued(store, kind="image", claimable=False, at=T0 + 2)
+    (late,) = queued(store, kind="image", at=T0 + 50)
+    assert store.claim([], now=T0 + 100, runner_id="w") == []
+    assert store.claim(["image"], now=T0 + 100, runner_id="w", limit=0) == []
+    assert store.claim(["audio"], now=T0 + 100, runner_id="w", limit=9) == []
+    assert [r.record["job_id"] for r in store.claim(["image"], now=T0 + 10, runner_id="w")] == [img]
+    assert store.claim(["image"], now=T0 + 10, runner_id="w", limit=9) == []
+    got = store.claim(["image", "video"], now=T0 + 60, runner_id="w", limit=9)
+    assert [r.record["job_id"] for r in got] == [vid, late]
+    assert store.get(local).status.value == "queued"
+
+
+def test_a_cancelled_job_is_never_claimed(store):
+    a, b = queued(store, 2)
+    store.request_cancel(a, now=T0 + 1)
+    got = store.claim(["render"], now=T0 + 10, runner_id="w", limit=5)
+    assert [r.record["job_id"] for r in got] == [b]
+
+
+def test_concurrent_claims_never_hand_out_a_job_twice(store):
+    ids = set(queued(store, 120))
+    claimed: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    def worker(n):
+        barrier.wait()
+        while True:
+            rows = store.claim(["render"], now=T0 + 1000, runner_id=f"w{n}", limit=7)
+            if not rows:
+                return
+            with lock:
+                claimed.extend(r.record["job_id"] for r in rows)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert Counter(claimed).most_common(1)[0][1] == 1
+    assert set(claimed) == ids
+
+
+# ----- fenced writes --------------------------------------------------------------------------
+def test_patch_is_fenced_by_attempt(store):
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w")
+    assert store.patch(a, {"stage_index": 2, "note": {"x": [1, 2]}}, attempt=1)
+    assert not store.patch(a, {"stage_index": 9}, attempt=0)
+    assert not store.patch(a, {"stage_index": 9}, attempt=2)
+    assert store.patch(a, {"fraction": 0.5}, attempt=None)
+    assert not store.patch(jid(), {"fraction": 0.5}, attempt=None)
+    rec = store.get(a).record
+    assert rec["stage_index"] == 2 and rec["note"] == {"x": [1, 2]} and rec["fraction"] == 0.5
+    assert rec["params"] == {"n": 1} and rec["attempt"] == 1
+
+
+def test_patch_sets_columns_and_refuses_bad_field_names(store):
+    (a,) = queued(store)
+    assert store.patch(a, {"heartbeat_at": T0 + 7, "actor": {"id": "u9"}}, attempt=None)
+    row = store.get(a)
+    assert row.record["heartbeat_at"] == T0 + 7 and row.record["actor"] == {"id": "u9"}
+    assert [r.record["job_id"] for r in store.page(actor_id="u9")] == [a]
+    assert store.patch(a, {"pct_floor": None}, attempt=None)
+    assert "pct_floor" in store.get(a).record and store.get(a).record["pct_floor"] is None
+    with pytest.raises(ValueError):
+        store.patch(a, {"bad name": 1}, attempt=None)
+
+
+def test_finish_is_fenced_and_writes_status_and_record_together(store):
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w")
+    assert not finish_ok(store, a, 0)
+    assert store.get(a).status.value == "running"
+    assert store.finish(
+        a,
+        au_status=ComputationStatus.FAILED,
+        result=None,
+        error="boom",
+        fields={"finished_at": T0 + 5, "error": "boom", "error_kind": "crashed"},
+        attempt=1,
+    )
+    row = store.get(a)
+    assert row.status.value == "failed" and row.error == "boom"
+    assert row.record["finished_at"] == T0 + 5 and row.record["error_kind"] == "crashed"
+    status = store.get_status(a)
+    assert status.status is ComputationStatus.FAILED and status.completed_at is not None
+
+
+def test_finish_keeps_any_json_result(store):
+    for value in ({"a": [1, 2.5, None, "x"]}, [1, 2], "text", 3, 0.25, True):
+        (a,) = queued(store)
+        store.claim(["render"], now=T0 + 1, runner_id="w")
+        assert store.finish(
+            a,
+            au_status=ComputationStatus.COMPLETED,
+            result=value,
+            error=None,
+            fields={"finished_at": T0 + 2},
+            attempt=1,
+        )
+        assert store.get(a).result == value and store.get_status(a).value == value
+
+
+def test_requeue_is_fenced_and_makes_the_job_due_later(store):
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w")
+    assert not store.requeue(a, fields={"error": "x"}, not_before=T0 + 20, attempt=0)
+    assert store.requeue(
+        a, fields={"error": "flaky", "error_kind": "crashed"}, not_before=T0 + 20, attempt=1
+    )
+    row = store.get(a)
+    assert row.status.value == "queued" and row.record["error"] == "flaky"
+    assert row.record["started_at"] is None and row.record["heartbeat_at"] is None
+    assert row.record["attempt"] == 1
+    assert store.claim(["render"], now=T0 + 10, runner_id="w") == []
+    (again,) = store.claim(["render"], now=T0 + 20, runner_id="w2")
+    assert again.record["attempt"] == 2 and again.record["runner_id"] == "w2"
+    assert not finish_ok(store, a, 1)  # the first attempt's late write is refused
+    assert finish_ok(store, a, 2)
+
+
+# ----- cancel and beat ------------------------------------------------------------------------
+def test_cancel_of_a_queued_job_closes_it_at_once(store):
+    (a,) = queued(store)
+    row = store.request_cancel(a, now=T0 + 3)
+    assert row.status.value == "cancelled"
+    assert row.record["finished_at"] == T0 + 3 and row.record["cancel_requested"] is True
+    assert row.record["error_kind"] == "cancelled"
+    assert store.get_status(a).status is ComputationStatus.CANCELLED
+    assert store.live() == []
+
+
+def test_cancel_of_a_running_job_flags_it_until_its_body_stops(store):
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w")
+    row = store.request_cancel(a, now=T0 + 3)
+    assert row.status.value == "cancelling" and row.record["finished_at"] is None
+    assert store.get_status(a).status is ComputationStatus.CANCELLED
+    assert store.request_cancel(a, now=T0 + 4).status.value == "cancelling"
+    assert store.beat([a], now=T0 + 5, runner_id="w") == {a}
+    # the body stops and writes its end; the intent flag keeps it "cancelled"
+    assert finish_ok(store, a, 1, at=T0 + 6)
+    assert store.get(a).status.value == "cancelled"
+
+
+def test_cancel_leaves_a_finished_job_untouched(store):
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w")
+    finish_ok(store, a, 1)
+    before = store.get(a)
+    after = store.request_cancel(a, now=T0 + 200)
+    assert after.status.value == "succeeded" and after.record == before.record
+    assert store.get(a).record == before.record and store.get(a).result == {"ok": True}
+    assert store.request_cancel(jid(), now=T0) is None
+
+
+def test_beat_stamps_the_runners_jobs_and_reports_cancels(store):
+    a, b, c = queued(store, 3)
+    store.register_runner("w", {"role": "worker"}, now=T0)
+    store.claim(["render"], now=T0 + 5, runner_id="w", limit=2)
+    store.claim(["render"], now=T0 + 5, runner_id="other", limit=1)
+    assert store.beat([a, b, c], now=T0 + 9, runner_id="w") == set()
+    assert store.get(a).record["heartbeat_at"] == T0 + 9
+    assert store.get(c).record["heartbeat_at"] == T0 + 5  # another runner's job
+    store.request_cancel(b, now=T0 + 10)
+    assert store.beat([a, b], now=T0 + 11, runner_id="w") == {b}
+    assert store.beat([], now=T0 + 12, runner_id="w") == set()
+    (runner,) = store.runners()
+    assert runner["beat_at"] == T0 + 12
+
+
+# ----- reads -----------------------------------------------------------------------------------
+def test_page_is_newest_first_with_a_limit(store):
+    ids = queued(store, 6)
+    assert [r.record["job_id"] for r in store.page(limit=4)] == ids[::-1][:4]
+    assert list(store.iter_ids()) == ids[::-1]
+
+
+_AU = ("pending", "running", "completed", "failed", "cancelled")
+
+
+def test_the_status_filter_agrees_with_job_status_for_every_combination(store):
+    # Given one job for every (au status, cancel intent, finished) combination
+    expected: dict[str, set[str]] = {}
+    for n, (au, cancel, finished) in enumerate(
+        itertools.product(_AU, (False, True), (False, True))
+    ):
+        job_id = jid()
+        store.put_record(
+            record(
+                job_id,
+                at=T0 + n,
+                cancel_requested=cancel,
+                finished_at=T0 + 99 if finished else None,
+            )
+        )
+        store.put_status(job_id, ComputationResult(None, ComputationStatus(au)))
+        want = job_status(au, cancel_requested=cancel, finished=finished).value
+        expected.setdefault(want, set()).add(job_id)
+        assert store.get(job_id).status.value == want
+    # Then every status filter returns exactly the jobs that read as that status
+    for status in ("queued", "running", "cancelling", "succeeded", "failed", "cancelled"):
+        got = {r.record["job_id"] for r in store.page(status=status, limit=100)}
+        assert got == expected.get(status, set()), status
+        assert all(r.status.value == status for r in store.page(status=status, limit=100))
+
+
+def test_the_status_filter_follows_transitions(store):
+    a, b, c, d = queued(store, 4)
+    store.claim(["render"], now=T0 + 10, runner_id="w", limit=3)  # a, b, c running
+    finish_ok(store, a, 1)
+    store.request_cancel(b, now=T0 + 2)
+    store.request_cancel(d, now=T0 + 2)
+
+    def ids(status):
+        return {r.record["job_id"] for r in store.page(status=status)}
+
+    assert ids("succeeded") == {a} and ids("cancelling") == {b}
+    assert ids("running") == {c} and ids("cancelled") == {d} and ids("queued") == set()
+
+
+def test_page_filters_by_actor(store):
+    mine = [
+        store.create(record(at=T0 + i, actor={"id": "u1"}), claimable=True)[0] for i in range(3)
+    ]
+    store.create(record(at=T0 + 10, actor={"id": "u2", "handle": "bo"}), claimable=True)
+    store.create(record(at=T0 + 11), claimable=True)
+    got = store.page(actor_id="u1")
+    assert [r.record["job_id"] for r in got] == [r.record["job_id"] for r in mine][::-1]
+    assert store.page(actor_id="u1", status="running") == []
+    assert len(store.page(actor_id="u1", status="queued", limit=2)) == 2
+    assert store.page(actor_id="nobody") == []
+
+
+def test_live_is_every_unfinished_job_oldest_first(store):
+    a, b, c, d = queued(store, 4)
+    store.claim(["render"], now=T0 + 1, runner_id="w", limit=2)  # a, b
+    finish_ok(store, a, 1)
+    store.request_cancel(b, now=T0 + 2)  # cancelling: still live
+    store.request_cancel(d, now=T0 + 2)  # queued -> cancelled: not live
+    assert [r.record["job_id"] for r in store.live()] == [b, c]
+
+
+def test_reads_of_unknown_jobs(store):
+    assert store.get(jid()) is None
+    assert store.get_status(jid()) is None
+    assert store.progress(jid(), limit=5) == []
+    assert store.page() == [] and store.live() == [] and list(store.iter_ids()) == []
+
+
+# ----- learning, progress, runners, spend --------------------------------------------------------
+def test_samples_keep_the_newest_window_oldest_first(store):
+    for i in range(6):
+        store.add_samples({"m|op": float(i), "image": 10.0 + i}, now=T0 + i, window=4)
+    got = store.samples(["m|op", "image", "cold"], window=4)
+    assert got == {"m|op": [2.0, 3.0, 4.0, 5.0], "image": [12.0, 13.0, 14.0, 15.0], "cold": []}
+    assert store.samples(["m|op"], window=2) == {"m|op": [4.0, 5.0]}
+
+
+def test_progress_trail_is_fenced_ordered_and_limited(store):
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w")
+    for i in range(5):
+        beat = {"ts": T0 + i, "pct": 10.0 * i, "message": f"step {i}", "stage": {"i": i}}
+        assert store.append_progress(a, beat, attempt=1)
+    assert not store.append_progress(a, {"ts": T0 + 9, "pct": 99.0}, attempt=0)
+    assert not store.append_progress(jid(), {"ts": T0 + 9}, attempt=None)
+    trail = store.progress(a, limit=3)
+    assert [b["message"] for b in trail] == ["step 2", "step 3", "step 4"]
+    assert trail[-1] == {
+        "ts": T0 + 4,
+        "pct": 40.0,
+        "message": "step 4",
+        "stage": {"i": 4},
+        "attempt": 1,
+    }
+    assert store.append_progress(a, {"ts": T0 + 10}, attempt=None)
+    assert store.progress(a, limit=1)[0]["pct"] is None
+
+
+def test_runners_register_and_unregister(store):
+    store.register_runner("w1", {"role": "worker", "host": "h1", "pid": 1}, now=T0)
+    store.register_runner("w2", {"role": "inproc", "wake": None}, now=T0 + 1)
+    got = {r["runner_id"]: r for r in store.runners()}
+    assert got["w1"]["host"] == "h1" and got["w1"]["started_at"] == T0
+    assert got["w2"]["beat_at"] == T0 + 1
+    store.unregister_runner("w1")
+    assert [r["runner_id"] for r in store.runners()] == ["w2"]
+
+
+def test_spend_sums_finished_actuals_and_live_estimates(store):
+    assert store.spend() == {
+        "actual_usd": 0.0,
+        "live_estimated_usd": 0.0,
+        "live_unknown": 0,
+        "lower_bound": False,
+    }
+    a, b = queued(store, 2)
+    store.create(record(at=T0 + 5, estimated_usd=0.75), claimable=True)
+    store.create(record(at=T0 + 6, estimated_usd=0.25), claimable=True)
+    store.claim(["render"], now=T0 + 10, runner_id="w", limit=2)  # a, b
+    store.finish(
+        a,
+        au_status=ComputationStatus.COMPLETED,
+        result=None,
+        error=None,
+        fields={"finished_at": T0 + 11, "actual_usd": 1.5, "actual_is_lower_bound": False},
+        attempt=1,
+    )
+    spend = store.spend()
+    assert spend["actual_usd"] == 1.5 and spend["lower_bound"] is False
+    assert spend["live_estimated_usd"] == 1.0 and spend["live_unknown"] == 1  # b has none
+    store.finish(
+        b,
+        au_status=ComputationStatus.FAILED,
+        result=None,
+        error="x",
+        fields={"finished_at": T0 + 12, "actual_usd": 0.5},  # lower bound unreported
+        attempt=1,
+    )
+    spend = store.spend()
+    assert spend["actual_usd"] == 2.0 and spend["lower_bound"] is True
+    assert spend["live_unknown"] == 0
+
+
+# ----- the two views --------------------------------------------------------------------------
+def test_the_index_is_a_dol_mapping_of_records(store):
+    index = store.index
+    a = jid()
+    index[a] = record(a, at=T0 + 1, label="hello")
+    assert a in index and index[a]["label"] == "hello"
+    assert store.get(a).status.value == "queued"
+    index[a] = {**index[a], "label": "again"}
+    assert index[a]["label"] == "again" and list(index) == [a]
+    assert jid() not in index and 42 not in index
+    with pytest.raises(KeyError):
+        index[jid()]
+    del index[a]
+    assert a not in index and store.get_status(a) is None
+    with pytest.raises(KeyError):
+        del index[a]
+
+
+def test_the_status_store_is_an_au_computation_store(store):
+    status = store.status
+    (a,) = queued(store)
+    assert status[a].status is ComputationStatus.PENDING and a in list(status)
+    done = ComputationResult(
+        {"v": 1},
+        ComputationStatus.COMPLETED,
+        created_at=datetime(2024, 1, 1, tzinfo=UTC),
+        completed_at=datetime(2024, 1, 1, 0, 1, tzinfo=UTC),
+        terminal_reason="done",
+    )
+    status[a] = done
+    got = status[a]
+    assert got.status is ComputationStatus.COMPLETED and got.value == {"v": 1}
+    assert got.terminal_reason == "done" and got.completed_at == done.completed_at
+    assert store.get(a).status.value == "succeeded"
+    assert store.claim(["render"], now=T0 + 10, runner_id="w") == []
+    with pytest.raises(KeyError):
+        status[jid()]
+    assert len(status) == 1
+    del status[a]
+    assert store.get(a) is None
+
+
+def test_a_read_only_handle_refuses_writes(store, reader):
+    (a,) = queued(store)
+    assert reader.get(a).status.value == "queued"
+    assert [r.record["job_id"] for r in reader.page()] == [a]
+    with pytest.raises(JobStoreError):
+        reader.create(record(), claimable=True)
+    with pytest.raises(JobStoreError):
+        reader.patch(a, {"x": 1}, attempt=None)
+    reader.close()
