@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import pytest
@@ -15,6 +16,10 @@ REQUIRE_POSTGRES = os.environ.get("NW_REQUIRE_POSTGRES") == "1"
 _pg_problem: list[str | None] = []
 
 
+def _redacted(text: str) -> str:
+    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+
+
 def postgres_problem() -> str | None:
     """Why PostgreSQL cannot be used here (None: it can); asked once per session."""
     if not _pg_problem:
@@ -25,9 +30,7 @@ def postgres_problem() -> str | None:
                 conn.execute("SELECT 1")
             _pg_problem.append(None)
         except Exception as exc:  # ImportError included: the extra is not installed
-            from nw.jobs.stores.pg_connect import scrub
-
-            _pg_problem.append(f"{type(exc).__name__}: {scrub(str(exc)).strip()}")
+            _pg_problem.append(f"{type(exc).__name__}: {_redacted(str(exc)).strip()}")
     return _pg_problem[0]
 
 
@@ -36,11 +39,9 @@ def require_postgres() -> str:
     problem = postgres_problem()
     if problem is None:
         return POSTGRES_URL
-    from nw.jobs.stores.pg_connect import Database
-
-    where = Database(POSTGRES_URL).display
     reason = (
-        f"PostgreSQL is not reachable at {where} ({problem}); start it or set NW_TEST_DATABASE_URL"
+        f"PostgreSQL is not reachable at {_redacted(POSTGRES_URL)} ({problem}); "
+        "start it or set NW_TEST_DATABASE_URL"
     )
     if REQUIRE_POSTGRES:
         pytest.fail(f"NW_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
@@ -57,7 +58,31 @@ def purge_postgres_project(project) -> None:
     PostgresJobStore(POSTGRES_URL, project_id).purge()
 
 
+def postgres_rows(project) -> str:
+    """Every stored row of a project in the test database, as text (to compare
+    before/after, or to search for what must never be stored)."""
+    import psycopg
+
+    project_id = project.read_meta().get("project_id")
+    with psycopg.connect(POSTGRES_URL) as conn:
+        parts = [
+            conn.execute(
+                f"SELECT coalesce(string_agg(t::text, chr(10) ORDER BY t::text), '')"
+                f" FROM nw_jobs.{table} t WHERE project_id = %s",
+                (project_id,),
+            ).fetchone()[0]
+            for table in ("jobs", "status", "progress", "durations", "runners")
+        ]
+    return "\n".join(parts)
+
+
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "sqlite_only(reason): a facade test about the embedded file itself"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -82,6 +107,9 @@ def cfg(request):
     if request.param == "sqlite":
         yield JobsConfig(**fast)
         return
+    only = request.node.get_closest_marker("sqlite_only")
+    if only is not None:
+        pytest.skip(f"embedded store only: {only.args[0] if only.args else 'reads its file'}")
     url = require_postgres()
     proj = request.getfixturevalue("project") if "project" in request.fixturenames else None
     yield JobsConfig(**fast, database_url=url)

@@ -14,6 +14,11 @@ from tests.helpers import wait_until
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _backend_env(cfg) -> dict[str, str]:
+    """The child process uses the test's backend (PostgreSQL by env URL)."""
+    return {"NW_JOBS_DATABASE_URL": cfg.database_url} if cfg.database_url else {}
+
+
 def test_a_running_job_beats_and_the_beat_stops_when_the_body_returns(project, cfg, gate):
     job = jobs.enqueue(project, "r", {}, dispatch={"r": gate}, config=cfg)
     assert gate.started.wait(5)
@@ -55,7 +60,7 @@ def test_a_job_whose_process_was_killed_is_reaped_on_read(project, cfg):
         [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": ROOT},
+        env={**os.environ, "PYTHONPATH": ROOT, **_backend_env(cfg)},
     )
     try:
         job_id = proc.stdout.readline().strip()
@@ -138,7 +143,7 @@ def test_jobs_queued_in_a_process_that_died_do_not_wait_forever(project, cfg):
         [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": ROOT},
+        env={**os.environ, "PYTHONPATH": ROOT, **_backend_env(cfg)},
     )
     try:
         first, second = proc.stdout.readline().split()

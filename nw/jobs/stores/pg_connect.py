@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from nw.jobs.errors import JobStoreError
+from nw.jobs.wake import WakeListener
 
 try:
     import psycopg
@@ -348,15 +350,19 @@ def migrate(url: str) -> list[str]:
 class PgWakeListener:
     """A worker's end of ``LISTEN``: ``wait(timeout)`` returns True when woken.
 
-    Its own connection (LISTEN is per session, so never a pooled one). A lost
-    connection is re-established on the next ``wait``, which then returns True
-    so the caller polls once for what it may have missed.
+    Two ways in: a ``NOTIFY`` on the project's channel (an enqueue on any
+    host) and, like the embedded store's listener, a datagram to ``address``
+    (the worker pokes itself there when a slot frees). LISTEN needs its own
+    connection (it is per session, so never a pooled one); a lost one is
+    re-established on the next ``wait``, which then returns True so the
+    caller polls once for what it may have missed meanwhile.
     """
 
-    def __init__(self, db: Database, channel: str):
+    def __init__(self, db: Database, channel: str, name: str):
         self._db, self._channel = db, channel
-        self.address = f"pg:{channel}"
         self._conn: psycopg.Connection | None = None
+        self._local = WakeListener(name)
+        self.address = self._local.address
         with contextlib.suppress(psycopg.Error):
             self._connect()
 
@@ -365,22 +371,35 @@ class PgWakeListener:
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         self._conn = conn
 
+    def _pending(self) -> bool:
+        """Consume what the server sent; True if it held a notification."""
+        assert self._conn is not None
+        return any(True for _ in self._conn.notifies(timeout=0))
+
     def wait(self, timeout: float) -> bool:
+        timeout = max(timeout, 0.0)
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._drop()
             try:
                 self._connect()
             except psycopg.Error:
-                time.sleep(min(max(timeout, 0.0), 0.5))
-                return False
+                return self._local.wait(min(timeout, 0.5))
             return True
         try:
-            got = any(True for _ in self._conn.notifies(timeout=max(timeout, 0.0), stop_after=1))
-            if got:  # one wake is enough: drain what else is pending
-                for _ in self._conn.notifies(timeout=0):
-                    pass
-            return got
-        except psycopg.Error:
+            if self._pending():
+                return True
+            sources = [self._conn.fileno()]
+            if self._local._sock is not None:
+                sources.append(self._local._sock.fileno())
+            ready, _, _ = select.select(sources, [], [], timeout)
+            if not ready:
+                return False
+            if len(sources) > 1 and sources[1] in ready:
+                self._local.wait(0)  # drain the datagrams
+            if sources[0] in ready:
+                self._pending()
+            return True
+        except (psycopg.Error, OSError, ValueError):
             self._drop()
             return True
 
@@ -392,6 +411,7 @@ class PgWakeListener:
 
     def close(self) -> None:
         self._drop()
+        self._local.close()
 
 
 @contextlib.contextmanager

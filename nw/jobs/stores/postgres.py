@@ -384,8 +384,8 @@ class PostgresJobStore(JobStore):
                 cols[name] = bool(value) if name == "cancel_requested" else value
             else:
                 doc[name] = value
-        if fields.get("actor"):
-            cols["actor_id"] = actor_id_of({"actor": fields["actor"]})
+        if "actor" in fields:
+            cols["actor_id"] = actor_id_of(fields)
         if "idempotency_key" in fields:
             key = fields["idempotency_key"]
             cols["idempotency_key"] = key if isinstance(key, str) else None
@@ -643,7 +643,7 @@ class PostgresJobStore(JobStore):
     # ----- waking idle workers ----------------------------------------------------------
     def wake_listener(self, runner_id: str) -> PgWakeListener:
         """``LISTEN`` on this project's channel (one dedicated connection)."""
-        return PgWakeListener(self.db, self.channel)
+        return PgWakeListener(self.db, self.channel, f"nw-jobs/{runner_id}")
 
     def wake_workers(self) -> None:
         """``NOTIFY`` the project's channel, unless this thread's last ``create``
