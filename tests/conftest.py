@@ -28,6 +28,9 @@ def postgres_problem() -> str | None:
 
             with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
                 conn.execute("SELECT 1")
+            from nw.jobs.stores.postgres import migrate
+
+            migrate(POSTGRES_URL)  # what a deploy runs once: `nw-jobs db migrate`
             _pg_problem.append(None)
         except Exception as exc:  # ImportError included: the extra is not installed
             _pg_problem.append(f"{type(exc).__name__}: {_redacted(str(exc)).strip()}")

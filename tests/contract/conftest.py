@@ -21,7 +21,7 @@ def store(request, tmp_path):
     url = require_postgres()
     from nw.jobs.stores.postgres import PostgresJobStore
 
-    s = PostgresJobStore(url, f"contract-{uuid.uuid4().hex}", create=True)
+    s = PostgresJobStore(url, f"contract-{uuid.uuid4().hex}")
     yield s
     s.purge()
     s.close()

@@ -147,15 +147,15 @@ class Database:
         serialization failure (the transaction was rolled back) is retried at
         once; any other database error raises ``JobStoreError``.
         """
-        deadline: float | None = None
-        retried = False
+        deadline = time.monotonic() + self.retry_s
+        retried = warned = False
         delay = 0.05
         conflicts = 0
         while True:
             lost: BaseException | None = None
             try:
-                timeout = 5.0 if deadline is None else max(0.1, deadline - time.monotonic())
-                with self.pool.connection(timeout=min(timeout, 5.0)) as conn:
+                wait = min(max(deadline - time.monotonic(), 0.05), 5.0)
+                with self.pool.connection(timeout=wait) as conn:
                     try:
                         return fn(conn, retried)
                     except psycopg.OperationalError as exc:
@@ -180,25 +180,35 @@ class Database:
                 else:
                     raise self.error(what, exc) from None
             now = time.monotonic()
-            if deadline is None:
-                deadline = now + self.retry_s
-                log.warning(
-                    "job store %s: connection lost during %s; reconnecting", self.display, what
-                )
             if now >= deadline:
+                if isinstance(lost, PoolTimeout):
+                    lost = self._why_unreachable() or lost
                 raise self.error(
                     f"{what} failed: the database is unreachable"
                     f" (gave up after {self.retry_s:g} s)",
                     lost,
                 ) from None
+            if not warned:
+                warned = True
+                log.warning("job store %s: connection lost during %s; retrying", self.display, what)
             with contextlib.suppress(Exception):
                 self.pool.check()
             time.sleep(min(delay, max(deadline - now, 0.0)))
             delay = min(delay * 2, 1.0)
             retried = True
 
-    def check_schema(self, *, create: bool) -> int:
-        """The schema version, migrating first when ``create`` and it is behind."""
+    def _why_unreachable(self) -> BaseException | None:
+        """The reason a fresh connection fails (the pool only says it timed out)."""
+        try:
+            psycopg.connect(self.url, connect_timeout=2).close()
+        except Exception as exc:
+            return exc
+        return None
+
+    def check_schema(self) -> int:
+        """The schema version, or ``JobStoreError`` when it is not the one this
+        code speaks (never migrated, behind, or newer). Nothing is created here:
+        only ``migrate`` (``nw-jobs db migrate``) changes the schema."""
         if self.url in _SCHEMA_OK:
             return LATEST_VERSION
         version = self.run(_schema_version, what="reading the schema version")
@@ -210,15 +220,11 @@ class Database:
                 f"job store {self.display} has schema version {version}, newer than this "
                 f"nw-jobs understands ({LATEST_VERSION}); upgrade nw-jobs"
             )
-        if not create:
-            state = "is not set up" if version == 0 else f"is at schema version {version}"
-            raise JobStoreError(
-                f"job store {self.display} {state} (this nw-jobs needs {LATEST_VERSION}); "
-                "run `nw-jobs db migrate` against it first"
-            )
-        migrate(self.url)
-        _SCHEMA_OK.add(self.url)
-        return LATEST_VERSION
+        state = "is not set up" if version == 0 else f"is at schema version {version}"
+        raise JobStoreError(
+            f"job store {self.display} {state} (this nw-jobs needs {LATEST_VERSION}); "
+            "run `nw-jobs db migrate` against it first"
+        )
 
 
 def _display(params: dict[str, Any]) -> str:

@@ -12,12 +12,14 @@ a worker on another machine sees the same jobs (and computes the same job
 ids). Two folders that are copies of one project share its id, and therefore
 its jobs: give a copy its own ``project.json`` to split them.
 
-Schema. Created and upgraded only by ``migrate`` (``nw-jobs db migrate``).
-A write handle (``create=True``: ``enqueue``, the worker) applies missing
-migrations itself, as the embedded store creates its file, so a fresh
-database just works; deployments that migrate before rolling out see a
-no-op. A read never creates anything: against an unmigrated database it
-raises ``JobStoreError`` saying to run ``nw-jobs db migrate``.
+Schema. Created and upgraded only by ``migrate`` (``nw-jobs db migrate``, or
+``python -m nw.jobs.stores.postgres migrate URL``), never as a side effect:
+opening a store, for reading or for writing, against a database that was
+not migrated to this code's version raises ``JobStoreError`` saying so. Why
+not migrate on the first write, as the embedded store creates its file? With
+many hosts, the first replica of a new release to enqueue would upgrade the
+schema under the old replicas still running; the upgrade belongs to the
+deploy step, once, and ``migrate`` is safe to run there from every host.
 
 Concurrency, in one statement per transition where possible:
 
@@ -59,7 +61,6 @@ from nw.jobs.stores.pg_connect import (
     RetryNow,
     close_pools,
     migrate,
-    scrub,
     transaction,
 )
 
@@ -322,7 +323,6 @@ class PostgresJobStore(JobStore):
         project_id: str,
         *,
         read_only: bool = False,
-        create: bool = False,
         retry_s: float | None = None,
     ):
         if not isinstance(project_id, str) or not project_id:
@@ -332,7 +332,7 @@ class PostgresJobStore(JobStore):
         self.read_only = read_only
         self.channel = channel_for(project_id)
         self._tls = threading.local()
-        self.db.check_schema(create=create and not read_only)
+        self.db.check_schema()
 
     def __repr__(self) -> str:
         return f"PostgresJobStore({self.db.display!r}, project_id={self.project_id!r})"
@@ -447,7 +447,7 @@ class PostgresJobStore(JobStore):
 
         def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
             params = {"p": self.project_id, **args}
-            inserted, notified = conn.execute(_CREATE, params).fetchone()
+            inserted, _notified = conn.execute(_CREATE, params).fetchone()
             if inserted:
                 return JobRow(dict(record), "pending"), True
             with conn.transaction():  # it exists: lock it and decide
@@ -461,13 +461,13 @@ class PostgresJobStore(JobStore):
                         retried and run_id is not None and existing.record.get("run_id") == run_id
                     )
                     return existing, mine
-                (notified,) = conn.execute(_REPLACE, params).fetchone()
-            self._tls.notified = bool(notified)
+                conn.execute(_REPLACE, params)
             return JobRow(dict(record), "pending"), True
 
         row, created = self._write("create", op)
-        if created and claimable:
-            self._tls.notified = True
+        # A created claimable job was announced by its own statement (at commit),
+        # so the facade's wake_workers() right after has nothing left to do.
+        self._tls.notified = created and claimable
         return row, created
 
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
@@ -707,14 +707,13 @@ def _aware(when: datetime | None) -> datetime | None:
 def open_postgres_store(
     url: str, project: Any, *, create: bool, read_only: bool | None = None
 ) -> PostgresJobStore | None:
-    """The project's store in the database at ``url``.
+    """The project's store in the database at ``url`` (migrated: see the module doc).
 
-    ``create=True`` (write paths): the project's id is made if missing and
-    missing migrations are applied. ``create=False``: nothing is created;
-    None when the project has no id yet (it never stored a job), and
-    ``JobStoreError`` when the database was never migrated. The handle is
-    read-only unless ``read_only=False`` is asked for explicitly (the
-    process's shared handle, which may reap and keep the pct floor).
+    ``create=True`` (write paths) gives the project its id if it has none.
+    ``create=False`` creates nothing: None when the project has no id yet (it
+    never stored a job). The handle is read-only for ``create=False`` unless
+    ``read_only=False`` is asked for (the process's shared handle, which may
+    reap and keep the pct floor).
     """
     if create:
         project_id = project.project_id
@@ -724,12 +723,7 @@ def open_postgres_store(
             return None
     if read_only is None:
         read_only = not create
-    try:
-        return PostgresJobStore(url, project_id, read_only=read_only, create=create)
-    except JobStoreError:
-        raise
-    except psycopg.Error as exc:  # pragma: no cover - Database.run wraps these
-        raise JobStoreError(scrub(str(exc))) from None
+    return PostgresJobStore(url, project_id, read_only=read_only)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,223 @@
+"""What only the PostgreSQL backend has: migrations, namespaces, LISTEN, secrets in URLs."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+import psycopg
+import pytest
+
+import nw
+from nw import jobs
+from nw.jobs.errors import JobStoreError
+from tests.conftest import POSTGRES_URL, require_postgres
+from tests.contract.test_store_contract import record
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_url():
+    return require_postgres()
+
+
+@pytest.fixture
+def fresh_db(pg_url):
+    """The URL of a new, empty database (dropped afterwards)."""
+    from nw.jobs.stores.pg_connect import close_pools
+
+    name = f"nw_jobs_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    base, _, _ = pg_url.rpartition("/")
+    yield f"{base}/{name}"
+    close_pools()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _tables(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'nw_jobs' ORDER BY 1"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+# ----- migrations ------------------------------------------------------------------
+def test_a_read_never_creates_the_schema_and_says_to_migrate(fresh_db, tmp_path):
+    project = nw.Project.init(tmp_path / "p")
+    cfg = jobs.JobsConfig(database_url=fresh_db)
+    for read in (
+        lambda: jobs.summarize(project, config=cfg),
+        lambda: jobs.list_jobs(project, config=cfg),
+    ):
+        with pytest.raises(JobStoreError, match="nw-jobs db migrate"):
+            read()
+    assert _tables(fresh_db) == []
+    # a folder that never got an id reads as empty, without asking the database
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert jobs.summarize(bare, config=cfg) == [] and list(bare.iterdir()) == []
+
+
+def test_migrate_is_versioned_idempotent_and_safe_from_two_hosts_at_once(fresh_db):
+    from nw.jobs.stores.postgres import migrate
+
+    results: list[list[str]] = []
+    barrier = threading.Barrier(3)
+
+    def host():
+        barrier.wait()
+        results.append(migrate(fresh_db))
+
+    threads = [threading.Thread(target=host) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results, key=len) == [[], [], ["0001_init.sql"]]
+    assert migrate(fresh_db) == []
+    assert _tables(fresh_db) == [
+        "durations",
+        "jobs",
+        "progress",
+        "runners",
+        "schema_migrations",
+        "status",
+    ]
+
+
+def test_a_write_path_refuses_an_unmigrated_database_too(fresh_db, tmp_path):
+    from nw.jobs.stores.postgres import migrate
+
+    project = nw.Project.init(tmp_path / "p")
+    cfg = jobs.JobsConfig(database_url=fresh_db)
+    ok = {"r": lambda p, q: {"ok": 1}}
+    with pytest.raises(JobStoreError, match="nw-jobs db migrate"):
+        jobs.enqueue(project, "r", {}, dispatch=ok, config=cfg)
+    assert _tables(fresh_db) == []
+    assert migrate(fresh_db) == ["0001_init.sql"]
+    job = jobs.enqueue(project, "r", {}, dispatch=ok, config=cfg)
+    from tests.helpers import wait_until
+
+    done = wait_until(
+        lambda: (j := jobs.get_job(project, job.job_id, config=cfg)).is_terminal and j
+    )
+    assert done.status == jobs.SUCCEEDED
+
+
+def test_a_newer_schema_than_this_code_knows_is_refused(fresh_db):
+    from nw.jobs.stores.postgres import PostgresJobStore, migrate
+
+    migrate(fresh_db)
+    with psycopg.connect(fresh_db) as conn:
+        conn.execute("INSERT INTO nw_jobs.schema_migrations (version, name) VALUES (999, 'x')")
+    with pytest.raises(JobStoreError, match="newer than this nw-jobs"):
+        PostgresJobStore(fresh_db, "p1")  # nor does a write handle migrate down
+
+
+# ----- namespaces ----------------------------------------------------------------------------
+def test_projects_in_one_database_do_not_see_each_others_jobs(pg_url, tmp_path):
+    from tests.conftest import purge_postgres_project
+
+    cfg = jobs.JobsConfig(database_url=pg_url)
+    a, b = nw.Project.init(tmp_path / "a"), nw.Project.init(tmp_path / "b")
+    try:
+        ok = {"r": lambda p, q: {"ok": 1}}
+        ja = jobs.enqueue(a, "r", {"same": 1}, dispatch=ok, config=cfg)
+        jb = jobs.enqueue(b, "r", {"same": 1}, dispatch=ok, config=cfg)
+        assert ja.job_id != jb.job_id  # ids derive from the project id
+        assert [j.job_id for j in jobs.list_jobs(a, config=cfg)] == [ja.job_id]
+        assert [j.job_id for j in jobs.summarize(b, config=cfg)] == [jb.job_id]
+        assert jobs.get_job(a, jb.job_id, config=cfg) is None
+    finally:
+        jobs.list_jobs(a, config=cfg)  # let the bodies land before the purge
+        purge_postgres_project(a)
+        purge_postgres_project(b)
+
+
+def test_the_same_project_mounted_at_two_paths_is_one_namespace(pg_url, tmp_path):
+    import shutil
+
+    from tests.conftest import purge_postgres_project
+
+    cfg = jobs.JobsConfig(database_url=pg_url)
+    here = nw.Project.init(tmp_path / "host-a" / "proj")
+    try:
+        job = jobs.enqueue(here, "r", {"n": 1}, dispatch={"r": lambda p, q: 1}, config=cfg)
+        there = tmp_path / "host-b" / "mnt"
+        shutil.copytree(here.meta_dir, there / ".nw")  # the other host's mount
+        assert jobs.get_job(there, job.job_id, config=cfg) is not None
+    finally:
+        purge_postgres_project(here)
+
+
+# ----- waking workers --------------------------------------------------------------------------
+def test_an_enqueue_wakes_a_listening_worker_at_once(pg_url):
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    store = PostgresJobStore(pg_url, f"wake-{uuid.uuid4().hex}")
+    listener = store.wake_listener("w-test")
+    try:
+        assert listener.wait(0.05) is False  # nothing queued: it times out
+        woke = []
+        t = threading.Thread(target=lambda: woke.append((listener.wait(5), time.monotonic())))
+        t.start()
+        time.sleep(0.1)
+        sent = time.monotonic()
+        store.create(record(f"{1:064x}"), claimable=True)
+        t.join()
+        assert woke[0][0] is True and woke[0][1] - sent < 1.0
+        store.create(record(f"{2:064x}"), claimable=False)  # not claimable: no wake
+        assert listener.wait(0.1) is False
+        store.wake_workers()  # the explicit hook
+        assert listener.wait(1.0) is True
+    finally:
+        listener.close()
+        store.purge()
+
+
+# ----- secrets in the URL ------------------------------------------------------------------------
+SECRET = "s3cr3t-Pa55w0rd"
+
+
+def test_a_password_in_the_url_never_reaches_errors_or_logs(caplog, tmp_path, monkeypatch):
+    from nw.jobs.stores.pg_connect import close_pools
+    from nw.jobs.stores.postgres import PostgresJobStore, migrate
+
+    monkeypatch.setenv("NW_JOBS_PG_RETRY_S", "0.5")
+    caplog.set_level(logging.DEBUG)
+    unreachable = f"postgresql://nw:{SECRET}@127.0.0.1:1/nowhere?connect_timeout=1"
+    malformed = f"postgresql://nw:{SECRET}@127.0.0.1:notaport/db"
+    errors = []
+    for url in (unreachable, malformed):
+        for attempt in (
+            lambda url=url: PostgresJobStore(url, "p", retry_s=0.5),
+            lambda url=url: migrate(url),
+            lambda url=url: jobs.summarize(
+                nw.Project.init(tmp_path / "p"), config=jobs.JobsConfig(database_url=url)
+            ),
+        ):
+            with pytest.raises(JobStoreError) as info:
+                attempt()
+            errors.append(info.value)
+    close_pools()
+    for err in errors:
+        text = f"{err} {err!r} {err.__cause__!r} {err.__context__!r}"
+        assert SECRET not in text
+        assert "127.0.0.1" in str(err)  # still says where it tried
+    logged = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+    assert SECRET not in logged
+
+
+def test_a_store_shows_its_url_without_the_password(pg_url):
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    base = pg_url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
+    store = PostgresJobStore(base, f"show-{uuid.uuid4().hex}")
+    assert SECRET not in repr(store) and SECRET not in store.db.display
+    assert POSTGRES_URL.split("@")[1] in store.db.display
