@@ -79,6 +79,19 @@ def postgres_rows(project) -> str:
     return "\n".join(parts)
 
 
+def postgres_job_count(project) -> int:
+    """How many jobs the project has in the test database (0 without one)."""
+    project_id = project.read_meta().get("project_id")
+    if not project_id or postgres_problem() is not None:
+        return 0
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM nw_jobs.jobs WHERE project_id = %s", (project_id,)
+        ).fetchone()[0]
+
+
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 

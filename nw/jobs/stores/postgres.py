@@ -57,6 +57,7 @@ from nw.jobs.records import JobRow
 from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, split_record
 from nw.jobs.stores.pg_connect import (
     Database,
+    GroupCommit,
     PgWakeListener,
     RetryNow,
     close_pools,
@@ -117,6 +118,20 @@ _FINISH = (
     " sb AS (UPDATE nw_jobs.status s SET status = %(st)s, value = %(v)s, error = %(e)s,"
     "  completed_at = now() FROM jb WHERE s.project_id = %(p)s AND s.job_id = jb.job_id)"
     " SELECT count(*) FROM jb"
+)
+# Many finishes in one statement (the group commit of ``finish``): the batch is
+# a JSON array of {id, a (attempt), st, v (result), e (error), c, d}.
+_FINISH_MANY = (
+    "WITH p AS (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)"
+    "  AS x(id text, a integer, st text, v jsonb, e text, c jsonb, d jsonb)),"
+    f" jb AS (UPDATE nw_jobs.jobs j SET {_SET_FIELDS}, au_status = p.st, queue_at = NULL"
+    "  FROM p WHERE j.project_id = %(p)s AND j.job_id = ANY(%(ids)s::text[])"
+    "  AND j.job_id = p.id AND j.attempt = coalesce(p.a, j.attempt) RETURNING j.job_id),"
+    " sb AS (UPDATE nw_jobs.status s SET status = p.st, value = p.v, error = p.e,"
+    "  completed_at = now() FROM jb JOIN p ON p.id = jb.job_id"
+    "  WHERE s.project_id = %(p)s AND s.job_id = ANY(%(ids)s::text[])"
+    "  AND s.job_id = jb.job_id)"
+    " SELECT job_id FROM jb"
 )
 _REQUEUE = (
     "WITH p AS (SELECT %(c)s::jsonb AS c, %(d)s::jsonb AS d),"
@@ -332,6 +347,7 @@ class PostgresJobStore(JobStore):
         self.read_only = read_only
         self.channel = channel_for(project_id)
         self._tls = threading.local()
+        self._finishes = GroupCommit(self._finish_many, key=lambda item: item["id"])
         self.db.check_schema()
 
     def __repr__(self) -> str:
@@ -373,6 +389,12 @@ class PostgresJobStore(JobStore):
         return JobRow(record, au_status, value, error)
 
     def _patch_args(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        cols, doc = self._patch_fields(fields)
+        return {"c": _jsonb(cols), "d": _jsonb(doc)}
+
+    @staticmethod
+    def _patch_fields(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(column fields, doc fields) of a patch, with the mirrored columns."""
         cols: dict[str, Any] = {}
         doc: dict[str, Any] = {}
         for name, value in fields.items():
@@ -389,7 +411,7 @@ class PostgresJobStore(JobStore):
         if "idempotency_key" in fields:
             key = fields["idempotency_key"]
             cols["idempotency_key"] = key if isinstance(key, str) else None
-        return {"c": _jsonb(cols), "d": _jsonb(doc)}
+        return cols, doc
 
     def _insert_args(self, record: Mapping[str, Any]) -> dict[str, Any]:
         cols, doc = split_record(record)
@@ -521,15 +543,42 @@ class PostgresJobStore(JobStore):
         fields: Mapping[str, Any],
         attempt: int | None,
     ) -> bool:
-        args = {
+        if self.read_only:
+            raise JobStoreError("this job store was opened read-only")
+        cols, doc = self._patch_fields(fields)
+        item = {
             "id": job_id,
             "a": attempt,
             "st": ComputationStatus(au_status).value,
-            "v": None if result is None else _jsonb(result),
+            "v": result,
             "e": error,
-            **self._patch_args(fields),
+            "c": cols,
+            "d": doc,
         }
-        return self._exec("finish", _FINISH, args, _scalar) > 0
+        _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
+        return self._finishes.submit(item)
+
+    def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
+        """One statement for a batch of finishes; on a database error other than
+        a lost connection, each item again alone (so one bad item fails alone)."""
+        try:
+            done = self._exec(
+                "finish",
+                _FINISH_MANY,
+                {"batch": _jsonb(items), "ids": [item["id"] for item in items]},
+                lambda cur: {r[0] for r in cur.fetchall()},
+            )
+            return [item["id"] in done for item in items]
+        except JobStoreError as exc:
+            if len(items) == 1 or "unreachable" in str(exc):
+                raise
+        out: list[Any] = []
+        for item in items:
+            try:
+                out.extend(self._finish_many([item]))
+            except JobStoreError as exc:
+                out.append(exc)
+        return out
 
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int

@@ -88,6 +88,17 @@ CREATE TABLE nw_jobs.progress (
 );
 CREATE INDEX progress_by_job ON nw_jobs.progress (project_id, job_id, seq);
 
+-- Plans must not hinge on how many rows one project has: with statistics, a
+-- project that is new since the last ANALYZE looks like 1 row, and the planner
+-- then walks the whole project through the page index instead of probing the
+-- primary key (a claim or finish that grows with history). Without them,
+-- `project_id = $1` is assumed moderately selective, and a lookup by job id
+-- always takes the primary key.
+ALTER TABLE nw_jobs.jobs ALTER COLUMN project_id SET STATISTICS 0;
+ALTER TABLE nw_jobs.status ALTER COLUMN project_id SET STATISTICS 0;
+ALTER TABLE nw_jobs.progress ALTER COLUMN project_id SET STATISTICS 0;
+ALTER TABLE nw_jobs.durations ALTER COLUMN project_id SET STATISTICS 0;
+
 CREATE TABLE nw_jobs.runners (
     project_id text             NOT NULL,
     runner_id  text             NOT NULL,
