@@ -281,9 +281,18 @@ def _configure(conn: psycopg.Connection) -> None:
     index (a page, a claim's due jobs) or a key lookup. A bitmap scan reads the
     whole range and sorts it, which the planner picks when its statistics
     are stale (a backlog that grew since the last ANALYZE looks like 2 rows),
-    and then a claim of 8 jobs reads the entire queue.
+    and then a claim of 8 jobs reads the entire queue. Sorts are discouraged
+    for the same reason: a newest-first page must walk its ordered index and
+    stop after ``limit`` rows, never sort the whole project because the
+    planner guessed the project holds 50 rows (``project_id`` carries no
+    statistics, see 0001_init.sql). Both are only cost penalties: a query
+    with no other way still runs. No JIT: these are millisecond queries, and
+    the penalties would push their cost past ``jit_above_cost`` (a 350 ms
+    compile per claim).
     """
     conn.execute("SET enable_bitmapscan = off")
+    conn.execute("SET enable_sort = off")
+    conn.execute("SET jit = off")  # the penalties above would otherwise cross jit_above_cost
 
 
 def close_pools() -> None:

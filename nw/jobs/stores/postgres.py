@@ -75,9 +75,13 @@ _ROW = (
     "j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,"
     " j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error"
 )
+# The status entry is looked up per job row (LATERAL: a primary-key probe), so a
+# page reads its 50 rows from one ordered index and 50 status rows, whatever
+# the planner believes about the size of the project.
 _SELECT = (
-    f"SELECT {_ROW} FROM nw_jobs.jobs j LEFT JOIN nw_jobs.status s"
-    " ON s.project_id = j.project_id AND s.job_id = j.job_id"
+    f"SELECT {_ROW} FROM nw_jobs.jobs j LEFT JOIN LATERAL (SELECT t.status, t.value, t.error"
+    " FROM nw_jobs.status t WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s"
+    " ON true"
 )
 _GET = _SELECT + " WHERE j.project_id = %(p)s AND j.job_id = %(id)s"
 _BY_LEASE = _SELECT + " WHERE j.project_id = %(p)s AND j.lease = %(tok)s ORDER BY j.job_id"
