@@ -44,7 +44,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -275,13 +275,16 @@ _PURGE = (
 )
 # Mirrors the embedded store: a missing or non-false lower-bound flag on a
 # finished job makes the total a lower bound ("unreported" is not "exact").
+_USD = "CASE WHEN jsonb_typeof(doc->'{0}') = 'number' THEN (doc->>'{0}')::double precision END"
 _SPEND = (
-    "SELECT coalesce(sum(CASE WHEN finished_at IS NOT NULL AND jsonb_typeof(doc->'actual_usd')"
-    "   = 'number' THEN (doc->>'actual_usd')::double precision END), 0.0),"
-    " coalesce(bool_or(finished_at IS NOT NULL AND coalesce(doc->'actual_is_lower_bound'"
-    "   NOT IN ('false'::jsonb, '0'::jsonb), true)), false),"
-    " coalesce(sum(CASE WHEN finished_at IS NULL AND jsonb_typeof(doc->'estimated_usd')"
-    "   = 'number' THEN (doc->>'estimated_usd')::double precision END), 0.0),"
+    "SELECT coalesce(sum(coalesce(" + _USD.format("prior_actual_usd") + ", 0)"
+    "   + CASE WHEN finished_at IS NULL THEN 0"
+    "     ELSE coalesce(" + _USD.format("actual_usd") + ", 0) END), 0.0),"
+    " coalesce(bool_or(finished_at IS NOT NULL AND started_at IS NOT NULL"
+    "   AND coalesce(doc->'actual_is_lower_bound' NOT IN ('false'::jsonb, '0'::jsonb), true)),"
+    "   false),"
+    " coalesce(sum(CASE WHEN finished_at IS NULL THEN " + _USD.format("estimated_usd") + " END),"
+    "   0.0),"
     " count(*) FILTER (WHERE finished_at IS NULL AND jsonb_typeof(doc->'estimated_usd')"
     "   IS DISTINCT FROM 'number')"
     " FROM nw_jobs.jobs WHERE project_id = %(p)s"
@@ -360,6 +363,9 @@ class PostgresJobStore(JobStore):
     # ----- plumbing ----------------------------------------------------------------
     def _read(self, what: str, query: str, args: Mapping[str, Any]) -> list[tuple]:
         params = {"p": self.project_id, **args}
+        conn = getattr(self._tls, "conn", None)
+        if conn is not None:  # inside this thread's admitted create: same transaction
+            return conn.execute(query, params).fetchall()
         return self.db.run(lambda c, _r: c.execute(query, params).fetchall(), what=what)
 
     def _write(self, what: str, fn) -> Any:
@@ -466,7 +472,15 @@ class PostgresJobStore(JobStore):
         return iter([r[0] for r in rows])
 
     # ----- transitions -------------------------------------------------------------------
-    def create(self, record: dict[str, Any], *, claimable: bool) -> tuple[JobRow, bool]:
+    def create(
+        self,
+        record: dict[str, Any],
+        *,
+        claimable: bool,
+        admit: Callable[[], None] | None = None,
+    ) -> tuple[JobRow, bool]:
+        if admit is not None:
+            return self._create_admitted(record, claimable=claimable, admit=admit)
         args = self._insert_args(record)
         args["q"] = record["created_at"] if claimable else None
         run_id = record.get("run_id")
@@ -493,6 +507,44 @@ class PostgresJobStore(JobStore):
         row, created = self._write("create", op)
         # A created claimable job was announced by its own statement (at commit),
         # so the facade's wake_workers() right after has nothing left to do.
+        self._tls.notified = created and claimable
+        return row, created
+
+    def _create_admitted(
+        self, record: dict[str, Any], *, claimable: bool, admit: Callable[[], None]
+    ) -> tuple[JobRow, bool]:
+        """``create`` with the budget gate inside: creates of the project are
+        serialised by a transaction-scoped advisory lock on the project, and
+        ``admit`` reads through this same transaction (see ``_read``)."""
+        args = {"p": self.project_id, **self._insert_args(record)}
+        args["q"] = record["created_at"] if claimable else None
+        run_id = record.get("run_id")
+
+        def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%(p)s))", args)
+                r = conn.execute(_GET + " FOR UPDATE OF j", args).fetchone()
+                if r is not None:
+                    existing = self._row(r)
+                    if existing.status.value in _LIVE:
+                        mine = (
+                            retried
+                            and run_id is not None
+                            and existing.record.get("run_id") == run_id
+                        )
+                        return existing, mine
+                self._tls.conn = conn
+                try:
+                    admit()  # an exception rolls the transaction back: nothing written
+                finally:
+                    self._tls.conn = None
+                if r is None:
+                    conn.execute(_CREATE, args)
+                else:
+                    conn.execute(_REPLACE, args)
+            return JobRow(dict(record), "pending"), True
+
+        row, created = self._write("create", op)
         self._tls.notified = created and claimable
         return row, created
 
