@@ -407,9 +407,11 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     if not url:
         raise UserError("db migrate needs --database-url or NW_JOBS_DATABASE_URL")
     postgres = _optional_module("nw.jobs.stores.postgres", "db migrate", extra="postgres")
-    result = postgres.migrate(url)
-    if result is not None:
-        _console().print(str(result))
+    applied = postgres.migrate(url)
+    if applied:
+        _console().print("applied: " + ", ".join(applied))
+    else:
+        _console().print("the schema is up to date")
     return EXIT_OK
 
 

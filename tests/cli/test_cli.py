@@ -338,3 +338,13 @@ def test_demo_without_a_tty_prints_plain_lines(tmp_path):
     assert "Score: main theme | cancelled" in result.stdout
     assert "no voice is cast" in result.stdout
     assert "Run it again" in result.stdout
+
+
+def test_db_migrate_against_a_real_database_is_idempotent():
+    from tests.conftest import require_postgres
+
+    url = require_postgres()  # migrates once for the session; the command must agree
+    first = nw_jobs("db", "migrate", "--database-url", url)
+    again = nw_jobs("db", "migrate", env={"NW_JOBS_DATABASE_URL": url})
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    assert again.stdout.strip() == "the schema is up to date"
