@@ -256,7 +256,7 @@ def count_done(project) -> int:
 
 def drain(base: Path, n_jobs: int, n_workers: int, max_concurrent: int) -> None:
     cfg = jobs.JobsConfig(database_url=URL)
-    project = new_project(base, f"bench-drain-{n_workers}")
+    project = new_project(base, f"bench-drain-{n_workers}x{max_concurrent}")
     try:
         for i in range(n_jobs):
             jobs.enqueue(project, "bench.noop", {"i": i}, config=cfg)
@@ -315,7 +315,7 @@ def main() -> None:
     ap.add_argument("--url", default=URL)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--jobs", type=int, default=2000)
-    ap.add_argument("--max-concurrent", type=int, default=8)
+    ap.add_argument("--max-concurrent", type=int, nargs="+", default=[8, 32])
     ap.add_argument(
         "--only",
         nargs="*",
@@ -339,8 +339,9 @@ def main() -> None:
         if "enqueue" in want:
             enqueue_rate(base, 1000 if args.quick else 4000)
         if "drain" in want:
-            for n in (1, 2, 4):
-                drain(base, args.jobs, n, args.max_concurrent)
+            for slots in args.max_concurrent:
+                for n in (1, 2, 4):
+                    drain(base, args.jobs, n, slots)
         if "latency" in want:
             latency(base, 100 if args.quick else 200)
     finally:

@@ -69,7 +69,7 @@ def count_done(project):
 
 
 def drain(base, n_jobs, n_workers, max_concurrent):
-    project = nw.Project.init(base / f"drain-{n_workers}")
+    project = nw.Project.init(base / f"drain-{n_workers}x{max_concurrent}")
     for i in range(n_jobs):
         jobs.enqueue(project, "bench.noop", {"i": i})
     procs = workers(project, n_workers, ["--max-concurrent", str(max_concurrent)])
@@ -110,16 +110,16 @@ def latency(base, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=2000)
-    ap.add_argument("--max-concurrent", type=int, default=8)
+    ap.add_argument("--max-concurrent", type=int, nargs="+", default=[8, 32])
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="nw-wbench-"))
     print(f"nw.jobs worker benchmark (embedded store), {os.cpu_count()} cores")
-    for n in (1, 2, 4):
-        done, span = drain(base, args.jobs, n, args.max_concurrent)
-        print(
-            f"drain {done} no-op jobs, {n} worker(s) x {args.max_concurrent} slots: "
-            f"{done / span:.0f} jobs/s"
-        )
+    for slots in args.max_concurrent:
+        for n in (1, 2, 4):
+            done, span = drain(base, args.jobs, n, slots)
+            print(
+                f"drain {done} no-op jobs, {n} worker(s) x {slots} slots: {done / span:.0f} jobs/s"
+            )
     lat = latency(base, 200)
     p50, p99 = lat[len(lat) // 2], lat[min(int(len(lat) * 0.99), len(lat) - 1)]
     print(

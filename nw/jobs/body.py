@@ -8,6 +8,7 @@ given, so a stale attempt cannot overwrite a newer one (see stores/base.py).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import logging
@@ -38,13 +39,23 @@ REPREDICT_AFTER_S = 1.0
 
 def accepted_kwargs(fn: Callable, offered: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of ``offered`` keywords that ``fn`` declares (all, for **kwargs)."""
+    accepts = _declared(fn)
+    if accepts is None:
+        return dict(offered)
+    return {k: v for k, v in offered.items() if k in accepts}
+
+
+@functools.lru_cache(maxsize=1024)
+def _declared(fn: Callable) -> frozenset[str] | None:
+    """The keyword names ``fn`` declares; None when it takes ``**kwargs``.
+    Cached: inspecting a signature per job cost more than a no-op body."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return {}
+        return frozenset()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return dict(offered)
-    return {k: v for k, v in offered.items() if k in params}
+        return None
+    return frozenset(params)
 
 
 def redact(text: str, secrets: Mapping[str, str] | None) -> str:

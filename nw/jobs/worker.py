@@ -20,6 +20,7 @@ module:callable`` (called with the kind and params) provides them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -45,6 +46,7 @@ from nw.project import Project, as_project
 log = logging.getLogger("nw.jobs.worker")
 
 IDLE_POLL_S = 0.5
+CLAIM_BATCH_S = 0.005
 SecretsProvider = Callable[[str, Mapping[str, Any]], Mapping[str, str]]
 
 
@@ -68,11 +70,17 @@ class Worker:
         self.config = config
         self.projects = [as_project(p) for p in projects]
         self._kinds = list(kinds_) if kinds_ is not None else None
+        if secrets is env_secrets:  # the environment is read once, not per job
+            snapshot = env_secrets("", {})
+            secrets = lambda kind, params: snapshot  # noqa: E731
         self._secrets = secrets
         self.stopping = threading.Event()
         self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._busy = 0
         self._busy_lock = threading.Lock()
+        self._last_claim = 0.0
+        self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._poker.setblocking(False)
         self.runtimes: list[Runtime] = []
         self._listener = None
         for project in self.projects:
@@ -97,13 +105,10 @@ class Worker:
 
     def _poke(self) -> None:
         """Wake our own loop (a slot freed, or we are stopping)."""
-        store = self.runtimes[0].store if self.runtimes else None
-        if store is not None and self._listener is not None and self._listener.address:
-            try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-                    sock.sendto(b"!", "\0" + self._listener.address)
-            except OSError:
-                pass
+        if self._listener is None or not self._listener.address:
+            return
+        with contextlib.suppress(OSError):
+            self._poker.sendto(b"!", "\0" + self._listener.address)
 
     def kinds(self) -> list[str]:
         return self._kinds if self._kinds is not None else kinds.registered_kinds()
@@ -125,6 +130,23 @@ class Worker:
         if reaped:
             log.warning("recovered %d job(s) whose worker was gone", len(reaped))
         return reaped
+
+    def _claim_due(self) -> bool:
+        """Claim now, or let a few more slots free up so one claim takes several.
+
+        An idle worker claims at once (enqueue-to-start latency); a busy one
+        claims when half its slots are free or ``CLAIM_BATCH_S`` after its last
+        claim, so a backlog of short jobs costs one claim per batch, not per job.
+        """
+        cap, busy = self.config.max_concurrent, self.busy
+        free = cap - busy
+        if free <= 0:
+            return False
+        due = busy == 0 or 2 * free >= cap
+        due = due or time.monotonic() - self._last_claim >= CLAIM_BATCH_S
+        if due:
+            self._last_claim = time.monotonic()
+        return due
 
     def claim_once(self) -> int:
         """Claim up to the free slots across projects; how many were started."""
@@ -200,8 +222,11 @@ class Worker:
             ", ".join(self.kinds()) or "none",
         )
         while not self.stopping.is_set():
-            if self.claim_once():
+            if self._claim_due() and self.claim_once():
                 continue  # a backlog drains without waiting
+            if 0 < self.busy < self.config.max_concurrent:
+                self._listener.wait(CLAIM_BATCH_S)  # woken early by each finish
+                continue
             if time.monotonic() - last_reap >= self.config.heartbeat_interval_s:
                 last_reap = time.monotonic()
                 self.recover()
@@ -227,6 +252,7 @@ class Worker:
             rt.close(wait=False)
         if self._listener is not None:
             self._listener.close()
+        self._poker.close()
         log.info(
             "worker %s stopped (%d job(s) requeued after the grace period)",
             self.runner_id,
