@@ -36,6 +36,11 @@ def noop(project, params):
     return {"i": params["i"]}
 
 
+def nap(project, params):
+    time.sleep(0.05)  # a render that waits on its provider
+    return {"i": params["i"]}
+
+
 def fill(project, n, *, start=0):
     """n finished no-op jobs, run in process."""
     for i in range(start, start + n):
@@ -85,7 +90,18 @@ def main():
         lambda i: jobs.enqueue(p, "noop", render_params(i), dispatch={"noop": noop}),
         1000,
     )
-    print(f"enqueue (in-process body)      p50 {ms(pct(t, 50))}  p99 {ms(pct(t, 99))}")
+    print(
+        f"enqueue (in-process, no-op bodies racing it on the store)  p50 {ms(pct(t, 50))}  "
+        f"p99 {ms(pct(t, 99))}"
+    )
+    shutdown_runtimes()
+    p = nw.Project.init(base / "enqueue-inproc-50ms")
+    t = timed(
+        lambda i: jobs.enqueue(p, "nap", render_params(i), dispatch={"nap": nap}),
+        1000,
+    )
+    print(f"enqueue (in-process, 50 ms bodies)  p50 {ms(pct(t, 50))}  p99 {ms(pct(t, 99))}")
+    shutdown_runtimes(wait=False)  # drop the ~990 still queued
     shutdown_runtimes()
 
     # end to end: 300 no-op jobs, enqueue to all finished, and the thread count
