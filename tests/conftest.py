@@ -95,12 +95,6 @@ def postgres_job_count(project) -> int:
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "sqlite_only(reason): a facade test about the embedded file itself"
-    )
-
-
 @pytest.fixture(autouse=True)
 def _fresh_process_state(monkeypatch):
     """Each test starts with no runtimes, no kept store handles, no env URL."""
@@ -115,6 +109,12 @@ def project(tmp_path):
     return nw.Project.init(tmp_path / "proj", title="test project")
 
 
+@pytest.fixture
+def sqlite_cfg():
+    """The embedded store only: for tests about the SQLite file itself."""
+    return JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0, stale_running_s=2.0)
+
+
 @pytest.fixture(params=BACKENDS)
 def cfg(request):
     """Fast liveness so tests about beats and reaps finish in seconds; once per
@@ -123,9 +123,6 @@ def cfg(request):
     if request.param == "sqlite":
         yield JobsConfig(**fast)
         return
-    only = request.node.get_closest_marker("sqlite_only")
-    if only is not None:
-        pytest.skip(f"embedded store only: {only.args[0] if only.args else 'reads its file'}")
     url = require_postgres()
     proj = request.getfixturevalue("project") if "project" in request.fixturenames else None
     yield JobsConfig(**fast, database_url=url)

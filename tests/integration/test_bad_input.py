@@ -71,8 +71,8 @@ def test_a_missing_project_folder_is_a_clear_error(tmp_path):
         jobs.list_jobs(tmp_path, status="done")
 
 
-@pytest.mark.sqlite_only("tears a write in the SQLite file")
-def test_a_corrupt_record_reads_as_failed_and_the_rest_keeps_working(project, cfg):
+def test_a_corrupt_record_reads_as_failed_and_the_rest_keeps_working(project, sqlite_cfg):
+    cfg = sqlite_cfg  # tears a write in the SQLite file itself
     good = jobs.enqueue(project, "r", {"i": 1}, dispatch=OK, config=cfg)
     bad = jobs.enqueue(project, "r", {"i": 2}, dispatch=OK, config=cfg)
     from tests.helpers import wait_until
@@ -88,8 +88,8 @@ def test_a_corrupt_record_reads_as_failed_and_the_rest_keeps_working(project, cf
     assert {j.job_id for j in jobs.summarize(project.root, config=cfg)} == set(listed)
 
 
-@pytest.mark.sqlite_only("overwrites the SQLite file")
-def test_a_corrupt_store_file_is_a_clear_error_naming_it(project, cfg):
+def test_a_corrupt_store_file_is_a_clear_error_naming_it(project, sqlite_cfg):
+    cfg = sqlite_cfg  # overwrites the SQLite file itself
     jobs.enqueue(project, "r", {}, dispatch=OK, config=cfg)
     from nw.jobs.runtime import shutdown_runtimes
     from nw.jobs.stores import close_shared_stores
