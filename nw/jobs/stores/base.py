@@ -81,7 +81,13 @@ class JobStore(ABC):
         new run (and True). ``claimable`` lets worker processes claim it.
         ``admit`` (the budget gate) runs inside the same transaction, after the
         dedup check and serialised with every other ``create`` of the project;
-        an exception from it aborts the create with nothing written."""
+        an exception from it aborts the create with nothing written.
+
+        A replaced run hands two things to the new one (``carry_over``): its
+        ``attempt`` (so the lease token never repeats for a job id: a stale
+        worker of the old run cannot write into the new one; ``attempt_base``
+        says where the new run started), and what it spent, added to
+        ``earlier_runs_usd`` (so re-running a job never erases spend)."""
 
     @abstractmethod
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
@@ -130,7 +136,9 @@ class JobStore(ABC):
     @abstractmethod
     def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
         """One coalesced heartbeat for the runner and the running jobs it holds;
-        returns the ids among them whose cancel was requested."""
+        returns the ids among them that this runner should stop: cancel
+        requested, already finished, or no longer held by it (reaped and
+        claimed again elsewhere)."""
 
     # ----- learning, progress trail, runners ------------------------------------
     @abstractmethod
@@ -276,6 +284,15 @@ class StatusView(ComputationStore):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def carry_over(old: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a finished run hands to the run that replaces it (see ``create``)."""
+    spent = sum(
+        float(old.get(k) or 0.0) for k in ("actual_usd", "prior_actual_usd", "earlier_runs_usd")
+    )
+    attempt = int(old.get("attempt") or 0)
+    return {"attempt": attempt, "attempt_base": attempt, "earlier_runs_usd": spent or None}
 
 
 def utc_iso(ts: float | None) -> str | None:
