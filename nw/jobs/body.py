@@ -26,7 +26,7 @@ from nw.jobs.errors import JobCancelled, JobRefused, error_kind_of
 from nw.jobs.eta import observed_fraction
 from nw.jobs.ids import check_json_params
 from nw.jobs.model import ERROR_KIND_CANCELLED, JobsConfig
-from nw.jobs.records import JobRow
+from nw.jobs.records import JobRow, attempt_in_run, retries_left
 from nw.jobs.stores.base import JobStore
 
 log = logging.getLogger("nw.jobs")
@@ -245,9 +245,9 @@ def run_attempt(
         log.warning("job %s body raised %s", job_id, type(error).__name__)
     elif kind == "crashed":
         log.error("job %s crashed: %s", job_id, message)
-    retry = launch.retryable and kind == "crashed" and attempt < int(rec.get("max_attempts") or 1)
+    retry = launch.retryable and kind == "crashed" and retries_left({**rec, "retryable": True})
     if retry and not _cancel_requested(store, job_id, launch):
-        delay = retry_delay(attempt, config)
+        delay = retry_delay(max(attempt_in_run(rec), 1), config)
         fields.pop("finished_at")
         fields |= events.carry_cost(record)
         ok = store.requeue(
@@ -313,7 +313,7 @@ def _describe(error: BaseException) -> str:
 
 
 def retry_delay(attempt: int, config: JobsConfig) -> float:
-    """Exponential backoff with full jitter over [base/2, base] * 2**(attempt-1)."""
+    """Exponential backoff, jittered: uniform in [half, all] of base * 2**(attempt-1)."""
     import random
 
     ceiling = config.retry_backoff_s * (2 ** max(attempt - 1, 0))

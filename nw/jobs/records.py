@@ -89,6 +89,18 @@ def new_record(
 OVERDUE_HINT = "past its time limit"
 
 
+def attempt_in_run(record: Mapping[str, Any]) -> int:
+    """The attempt within this run: the stored ``attempt`` is the job's lease
+    counter, which carries on across runs (see ``JobStore.create``)."""
+    return int(record.get("attempt") or 0) - int(record.get("attempt_base") or 0)
+
+
+def retries_left(record: Mapping[str, Any]) -> bool:
+    return bool(record.get("retryable")) and attempt_in_run(record) < int(
+        record.get("max_attempts") or 1
+    )
+
+
 def unreadable_record(job_id: str, why: str) -> dict[str, Any]:
     """Stand-in for a record that cannot be decoded: reads as FAILED, says why."""
     return {
@@ -175,7 +187,7 @@ def project(row: JobRow, now: float, config: JobsConfig) -> Job:
         error_detail=rec.get("error_detail"),
         run_id=rec.get("run_id"),
         last_event_id=rec.get("last_event_id"),
-        attempt=int(rec.get("attempt") or 0),
+        attempt=attempt_in_run(rec),
         max_attempts=int(rec.get("max_attempts") or 1),
         grade=grade(status, error=error, error_kind=error_kind, result=result),
         actor=rec.get("actor"),

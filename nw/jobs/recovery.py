@@ -18,7 +18,7 @@ from au import ComputationStatus
 from nw.jobs import events, liveness
 from nw.jobs.body import retry_delay
 from nw.jobs.model import REAPED_REASON, JobsConfig
-from nw.jobs.records import JobRow
+from nw.jobs.records import JobRow, attempt_in_run, retries_left
 from nw.jobs.stores.base import JobStore
 
 log = logging.getLogger("nw.jobs")
@@ -33,12 +33,12 @@ def reap(store: JobStore, row: JobRow, now: float, config: JobsConfig) -> bool:
         log.warning("job %s: the process that queued it is gone", job_id)
     elif status == "cancelling":
         return _close(store, rec, now, ComputationStatus.CANCELLED, "cancelled")
-    elif rec.get("retryable") and int(attempt or 0) < int(rec.get("max_attempts") or 1):
+    elif retries_left(rec):
         log.warning("job %s: worker lost, retrying (attempt %s)", job_id, attempt)
         return store.requeue(
             job_id,
             fields={"error": REAPED_REASON, "error_kind": "crashed", **events.carry_cost(rec)},
-            not_before=now + retry_delay(int(attempt or 1), config),
+            not_before=now + retry_delay(max(attempt_in_run(rec), 1), config),
             attempt=attempt,
         )
     else:
@@ -106,13 +106,9 @@ def reap_stale(
 ) -> list[str]:
     """Every unfinished job of the store whose worker is gone (the periodic reaper)."""
     reaped = []
+    beats = {r["runner_id"]: r["beat_at"] for r in store.runners()}
     for row in store.live():
-        if liveness.should_reap(
-            row.status.value,
-            row.record,
-            now,
-            config,
-            held_here=held_here(row.record["job_id"]),
-        ) and reap(store, row, now, config):
+        held = held_here(row.record["job_id"])
+        if _dead(store, row, now, config, held, beats) and reap(store, row, now, config):
             reaped.append(row.record["job_id"])
     return reaped

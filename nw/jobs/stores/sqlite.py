@@ -30,7 +30,14 @@ from au import ComputationResult, ComputationStatus
 
 from nw.jobs.errors import JobStoreError
 from nw.jobs.records import JobRow, unreadable_record
-from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, split_record, utc_iso
+from nw.jobs.stores.base import (
+    COLUMNS,
+    JobStore,
+    actor_id_of,
+    carry_over,
+    split_record,
+    utc_iso,
+)
 
 DB_NAME = "jobs.sqlite3"
 SCHEMA_VERSION = 1
@@ -43,7 +50,8 @@ _SELECT = (
 )
 # Mirrors nw.jobs.status.job_status; the contract suite checks they agree.
 _JOB_STATUS = (
-    "CASE WHEN j.cancel_requested THEN"
+    "CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'"
+    " WHEN j.cancel_requested THEN"
     " (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)"
     " WHEN s.status = 'pending' THEN 'queued'"
     " WHEN s.status = 'running' THEN 'running'"
@@ -139,10 +147,10 @@ class SqliteJobStore(JobStore):
             if not isinstance(doc, dict):
                 raise ValueError("not an object")
         except (TypeError, ValueError) as exc:
-            return JobRow(unreadable_record(job_id, f"index: {exc}"), "failed")
+            doc = unreadable_record(job_id, f"index: {exc}")
         record = dict(doc)
         for name, value in zip(COLUMNS, r[:9], strict=True):
-            record[name] = value
+            record[name] = value  # the columns stay readable even when the doc is not
         record["cancel_requested"] = bool(record["cancel_requested"])
         au_status, value, error = r[10], r[11], r[12]
         if au_status is None:
@@ -240,6 +248,7 @@ class SqliteJobStore(JobStore):
             if admit is not None:
                 admit()  # reads through this same connection, inside the transaction
             if r is not None:
+                record = {**record, **carry_over(existing.record)}
                 c.execute("DELETE FROM progress WHERE job_id = ?", (job_id,))
             self._insert(c, record, record["created_at"] if claimable else None)
         return JobRow(dict(record), "pending"), True
@@ -408,8 +417,9 @@ class SqliteJobStore(JobStore):
             return {
                 r[0]
                 for r in c.execute(
-                    f"SELECT job_id FROM jobs WHERE job_id IN ({marks}) AND cancel_requested",
-                    ids,
+                    f"SELECT job_id FROM jobs WHERE job_id IN ({marks}) AND (cancel_requested"
+                    " OR finished_at IS NOT NULL OR runner_id IS NOT ?)",
+                    (*ids, runner_id),
                 )
             }
 
@@ -504,6 +514,7 @@ class SqliteJobStore(JobStore):
         with self._cursor() as c:
             actual, lower, live, unknown = c.execute(
                 "SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)"
+                "   + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)"
                 "   + CASE WHEN finished_at IS NULL THEN 0"
                 "     ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0),"
                 " coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL"
