@@ -65,6 +65,19 @@ def redact(text: str, secrets: Mapping[str, str] | None) -> str:
     return text
 
 
+def redact_value(value: Any, secrets: Mapping[str, str] | None) -> Any:
+    """``redact`` applied to every string inside a JSON-like value."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, Mapping):
+        return {k: redact_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v, secrets) for v in value]
+    return value
+
+
 @dataclass
 class Launch:
     """What the process that holds a job's callable keeps in memory for it."""
@@ -108,8 +121,16 @@ class CancelProbe:
 class EventSink:
     """Stamps, mirrors and forwards a body's events (fenced by its attempt)."""
 
-    def __init__(self, store: JobStore, row: JobRow, forward: Callable[[Any], None] | None, clock):
+    def __init__(
+        self,
+        store: JobStore,
+        row: JobRow,
+        forward: Callable[[Any], None] | None,
+        clock: Callable[[], float],
+        secrets: Mapping[str, str] | None = None,
+    ):
         self._store, self._forward, self._clock = store, forward, clock
+        self._secrets = secrets
         self._record = dict(row.record)
         self._job_id = row.record["job_id"]
         self._attempt = row.record["attempt"]
@@ -134,10 +155,12 @@ class EventSink:
                 self._record.update(patch)
                 if moved:
                     self._points.append((patch["progress_at"], observed_fraction(self._record)))
-            if patch:
-                self._store.patch(self._job_id, _jsonable(patch), attempt=self._attempt)
+            if patch:  # what reaches the store never carries a secret
+                stored = redact_value(_jsonable(patch), self._secrets)
+                self._store.patch(self._job_id, stored, attempt=self._attempt)
             beat = events.progress_beat(event, self._clock())
             if beat is not None:
+                beat = redact_value(beat, self._secrets)
                 self._store.append_progress(self._job_id, beat, attempt=self._attempt)
         if self._forward is not None:
             try:
@@ -179,10 +202,10 @@ def run_attempt(
     store: JobStore, row: JobRow, launch: Launch, config: JobsConfig
 ) -> ComputationResult:
     """Run the body once and write its terminal state; returns what au middleware sees."""
-    row = _repredict(store, row, config)
+    row = _fresh_attempt(store, _repredict(store, row, config))
     rec = row.record
     job_id, attempt = rec["job_id"], rec["attempt"]
-    sink = EventSink(store, row, launch.on_event, config.clock)
+    sink = EventSink(store, row, launch.on_event, config.clock, launch.secrets)
     offered = {
         "job_id": job_id,
         "on_event": sink,
@@ -240,7 +263,7 @@ def run_attempt(
         return ComputationResult(None, ComputationStatus.CANCELLED, metadata=meta)
     fields |= {"error": message, "error_kind": kind}
     if isinstance(error, JobRefused):
-        fields["error_detail"] = _jsonable({"d": error.detail})["d"]
+        fields["error_detail"] = redact_value(_jsonable({"d": error.detail})["d"], launch.secrets)
     if kind == "crashed" and not isinstance(error, Exception):
         log.warning("job %s body raised %s", job_id, type(error).__name__)
     elif kind == "crashed":
@@ -271,6 +294,22 @@ def run_attempt(
     return ComputationResult(
         None, ComputationStatus.FAILED, error=RuntimeError(message), metadata=meta
     )
+
+
+_PER_ATTEMPT = (
+    "error", "error_kind", "error_detail", "stage_index", "stage_count", "current_transform",
+    "fraction", "progress_at", "pct_floor", "overdue_at",
+)  # fmt: skip
+
+
+def _fresh_attempt(store: JobStore, row: JobRow) -> JobRow:
+    """A retried attempt starts clean: no error while running, progress from zero."""
+    rec = row.record
+    stale = {name: None for name in _PER_ATTEMPT if rec.get(name) is not None}
+    if attempt_in_run(rec) <= 1 or not stale:
+        return row
+    store.patch(rec["job_id"], stale, attempt=rec["attempt"])
+    return JobRow({**rec, **stale}, row.au_status, row.result, row.error)
 
 
 def _repredict(store: JobStore, row: JobRow, config: JobsConfig) -> JobRow:

@@ -80,7 +80,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -101,11 +101,32 @@ _MIN_SIGMA = 0.02  # log-sd floor: no prediction is ever certain to the millisec
 _MIN_SCALE = 0.05  # log-sd floor of the change detector's noise estimate
 
 
-class Prediction(NamedTuple):
-    p50: float
-    p90: float
-    confidence: str
+class Prediction(tuple):
+    """``(p50, p90, confidence)``, the documented triple; ``.key`` names the
+    ETA key that answered (None for a prior or an exact cache hit)."""
+
     key: str | None
+
+    def __new__(cls, p50: float, p90: float, confidence: str, key: str | None = None):
+        obj = super().__new__(cls, (p50, p90, confidence))
+        obj.key = key
+        return obj
+
+    @property
+    def p50(self) -> float:
+        return self[0]
+
+    @property
+    def p90(self) -> float:
+        return self[1]
+
+    @property
+    def confidence(self) -> str:
+        return self[2]
+
+    def __repr__(self) -> str:
+        p50, p90, confidence = self
+        return f"Prediction({p50=!r}, {p90=!r}, {confidence=!r}, key={self.key!r})"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
+from au import ComputationStatus
 from au.base import ComputationBackend
 
 from nw.jobs import costing, eta, ids, kinds, recovery
@@ -22,7 +23,7 @@ from nw.jobs.costing import quote_for
 from nw.jobs.model import DEFAULT_CONFIG, Job, JobsConfig, Status
 from nw.jobs.records import JobRow, new_record
 from nw.jobs.records import project as project_row
-from nw.jobs.runtime import Runtime, existing_runtime, runtime_for
+from nw.jobs.runtime import LocalRuntimes, Runtime, existing_runtime, runtime_for
 from nw.jobs.stores import open_store, shared_store, store_location
 from nw.jobs.stores.base import JobStore
 from nw.project import Project, as_project
@@ -36,7 +37,7 @@ def _runtime(project: Project, config: JobsConfig) -> Runtime:
     return runtime_for(key, lambda: shared_store(project, config, create=True), config)
 
 
-def _reader(project: Project, config: JobsConfig) -> tuple[JobStore | None, Runtime | None]:
+def _reader(project: Project, config: JobsConfig) -> tuple[JobStore | None, LocalRuntimes | None]:
     """This process's handle on the project's store (None if it has none) and
     the runtime when this process runs bodies for it."""
     store = shared_store(project, config, create=False)
@@ -149,26 +150,51 @@ def enqueue(
         def admit() -> None:
             quote.gate(store, approved=approved, config=config, job_id=job_id)
 
+    # Called before anything is written: a hook that fails leaves no job behind.
+    capture = capture_context() if (capture_context is not None and fn is not None) else None
     row, created = store.create(record, claimable=fn is None, admit=admit)
+    if not created and _dead_duplicate(store, row, rt, config):
+        row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
-        capture = capture_context() if capture_context is not None else None
-        rt.submit(
-            job_id,
-            Launch(
-                fn=fn,
-                project=proj,
-                on_event=on_event,
-                capture=capture,
-                secrets=dict(secrets or {}),
-                retryable=retryable,
-            ),
+        launch = Launch(
+            fn=fn,
+            project=proj,
+            on_event=on_event,
+            capture=capture,
+            secrets=dict(secrets or {}),
+            retryable=retryable,
         )
+        try:
+            rt.submit(job_id, launch)
+        except BaseException as exc:  # e.g. the runtime is shutting down
+            _fail_unlaunched(store, row, exc, config)
+            raise
     elif created:
         store.wake_workers()
     return project_row(row, config.clock(), config)
 
 
-def _read(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> Job:
+def _dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> bool:
+    """A resubmit found a live job: is it really alive? A job whose worker died
+    is closed now (the same rule as on read), so the resubmit runs again."""
+    held = rt.holds if rt is not None else (lambda _id: False)
+    fresh = recovery.maybe_reap(store, row, config.clock(), config, held)
+    return fresh.status.value not in ("queued", "running", "cancelling")
+
+
+def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: JobsConfig) -> None:
+    message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
+    store.finish(
+        row.record["job_id"],
+        au_status=ComputationStatus.FAILED,
+        result=None,
+        error=message,
+        fields={"finished_at": config.clock(), "error": message, "error_kind": "crashed"},
+        attempt=row.record.get("attempt"),
+    )
+
+
+def _read(store: JobStore, row: JobRow, rt: LocalRuntimes | None, config: JobsConfig) -> Job:
     """Project one row for a per-project view: reap a dead worker's job, keep pct monotonic."""
     now = config.clock()
     held = rt.holds if rt is not None else (lambda _id: False)
@@ -267,25 +293,40 @@ def snapshot(
     recent_limit: int = 12,
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> dict[str, Any]:
-    """What is running across projects plus the recently finished tail (read-only)."""
+    """What is running across projects plus the recently finished tail; read-only
+    like ``summarize`` (per project: its unfinished jobs, and the newest of each
+    terminal status)."""
     from nw.jobs.records import to_dict
 
     active, recent = [], []
+    now = config.clock()
     for proj in projects:
-        jobs = summarize(
-            proj, limit=max(active_limit, recent_limit) * 4, actor=actor, config=config
-        )
-        root = str(as_project(proj).root)
-        for job in jobs:
-            (recent if job.is_terminal else active).append((root, job))
+        project = as_project(proj)
+        store = open_store(project, config, create=False)
+        if store is None:
+            continue
+        try:
+            rows = [r for r in store.live() if _actor_matches(r, actor)]
+            for status in ("succeeded", "failed", "cancelled"):
+                rows += store.page(status=status, actor_id=actor, limit=recent_limit)
+        finally:
+            store.close()
+        for row in rows:
+            job = project_row(row, now, config)
+            (recent if job.is_terminal else active).append((str(project.root), job))
     active.sort(key=lambda pj: pj[1].created_at, reverse=True)
     recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)
     return {
         "active": [{**to_dict(j), "project": r} for r, j in active[:active_limit]],
         "recent": [{**to_dict(j), "project": r} for r, j in recent[:recent_limit]],
         "active_count": len(active),
-        "now": config.clock(),
+        "now": now,
     }
+
+
+def _actor_matches(row: JobRow, actor: str | None) -> bool:
+    who = row.record.get("actor")
+    return actor is None or (isinstance(who, Mapping) and who.get("id") == actor)
 
 
 def get_job_progress(

@@ -38,10 +38,16 @@ class PooledThreadBackend(ThreadBackend):
     backend only runs the middleware around it and never writes the store.
     """
 
-    def __init__(self, middleware: list[Middleware], max_workers: int):
+    def __init__(
+        self,
+        middleware: list[Middleware],
+        max_workers: int,
+        done: Callable[[str, tuple], None] | None = None,
+    ):
         super().__init__(store=None, middleware=middleware)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="nw-job")
         self.max_workers = max_workers
+        self._done = done
 
     def launch(
         self, func: Callable, args: tuple, kwargs: dict, key: str, store: Any = None
@@ -49,19 +55,22 @@ class PooledThreadBackend(ThreadBackend):
         self._pool.submit(self._work, func, args, kwargs, key)
 
     def _work(self, func: Callable, args: tuple, kwargs: dict, key: str) -> None:
-        self._run_middleware_before(func, args, kwargs, key)
         try:
-            result: ComputationResult = func(*args, **kwargs)
-        except BaseException as exc:  # run_attempt never raises; belt and braces
-            log.exception("job %s: runner failed", key)
-            self._run_middleware_error(
-                key, exc if isinstance(exc, Exception) else RuntimeError(exc)
-            )
-            return
-        if result.status is ComputationStatus.COMPLETED:
-            self._run_middleware_after(key, result)
-        else:
-            self._run_middleware_error(key, result.error or RuntimeError("failed"))
+            self._run_middleware_before(func, args, kwargs, key)
+            try:
+                result: ComputationResult = func(*args, **kwargs)
+            except BaseException as exc:  # the runners never raise; belt and braces
+                log.exception("job %s: runner failed", key)
+                error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
+                self._run_middleware_error(key, error)
+                return
+            if result.status is ComputationStatus.COMPLETED:
+                self._run_middleware_after(key, result)
+            else:
+                self._run_middleware_error(key, result.error or RuntimeError("failed"))
+        finally:
+            if self._done is not None:  # after the middleware: learning is part of the job
+                self._done(key, args)
 
     def shutdown(self, wait: bool = True) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
@@ -85,7 +94,11 @@ class Runtime:
         self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._on_release = on_release
         self.learning = DurationLearningMiddleware(record=self._learn, config=config)
-        self.backend = PooledThreadBackend([self.learning], config.max_concurrent)
+        self.backend = PooledThreadBackend(
+            [self.learning],
+            config.max_concurrent,
+            done=lambda key, args: self._release(key, args[-1]),
+        )
         self._held: dict[str, Launch] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -126,7 +139,7 @@ class Runtime:
         with self._lock:
             self._held[job_id] = launch
         self._ensure_beater()
-        self.backend.launch(self._start_and_run, (job_id,), {}, job_id)
+        self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id)
 
     def run_claimed(self, row: JobRow, launch: Launch) -> None:
         """Run a job a worker already claimed (the row is running, attempt bumped)."""
@@ -134,30 +147,33 @@ class Runtime:
         with self._lock:
             self._held[job_id] = launch
         self._ensure_beater()
-        self.backend.launch(self._run, (row,), {}, job_id)
+        self.backend.launch(self._run, (row, launch), {}, job_id)
 
-    def _start_and_run(self, job_id: str) -> ComputationResult:
-        row = self.store.start(job_id, now=self.config.clock(), runner_id=self.runner_id)
-        if row is None:  # cancelled while it waited for a thread
-            self._release(job_id)
-            return ComputationResult(None, ComputationStatus.CANCELLED)
-        return self._run(row)
+    def _start_and_run(self, job_id: str, launch: Launch) -> ComputationResult:
+        try:
+            row = self.store.start(job_id, now=self.config.clock(), runner_id=self.runner_id)
+        except Exception as exc:
+            log.exception("job %s: could not be started", job_id)
+            row, error = None, exc
+        else:
+            error = None
+        if row is None:  # cancelled while it waited for a thread, or the store failed
+            return ComputationResult(None, ComputationStatus.CANCELLED, error=error)
+        return self._run(row, launch)
 
-    def _run(self, row: JobRow) -> ComputationResult:
+    def _run(self, row: JobRow, launch: Launch) -> ComputationResult:
         job_id = row.record["job_id"]
-        with self._lock:
-            launch = self._held[job_id]
         try:
             return run_attempt(self.store, row, launch, self.config)
         except Exception as exc:  # the store failed under the body: say so, loudly
             log.exception("job %s: could not record its outcome", job_id)
             return ComputationResult(None, ComputationStatus.FAILED, error=exc)
-        finally:
-            self._release(job_id)
 
-    def _release(self, job_id: str) -> None:
+    def _release(self, job_id: str, launch: Launch | None = None) -> None:
         with self._lock:
-            self._held.pop(job_id, None)
+            # A re-run of the same id may already hold the slot: only drop our own.
+            if launch is None or self._held.get(job_id) is launch:
+                self._held.pop(job_id, None)
             self._idle.notify_all()
         if self._on_release is not None:
             self._on_release(job_id)
@@ -224,29 +240,64 @@ class Runtime:
             log.debug("could not unregister runner", exc_info=True)
 
 
-_RUNTIMES: dict[tuple[str, str], Runtime] = {}
+#: Per store location, one runtime per distinct execution config (pool size,
+#: beat timing, time limits, clock): a later call with other settings gets its
+#: own runtime instead of silently inheriting the first call's.
+_RUNTIMES: dict[tuple[str, str], dict[tuple, Runtime]] = {}
 _RUNTIMES_LOCK = threading.Lock()
+_RUNTIME_FIELDS = (
+    "max_concurrent",
+    "heartbeat_interval_s",
+    "heartbeat_stale_s",
+    "job_timeout_s",
+    "cancel_on_timeout",
+    "sample_window_k",
+    "clock",
+)
+
+
+def _config_key(config: JobsConfig) -> tuple:
+    return tuple(getattr(config, name) for name in _RUNTIME_FIELDS)
 
 
 def runtime_for(
     key: tuple[str, str], make_store: Callable[[], JobStore], config: JobsConfig
 ) -> Runtime:
     with _RUNTIMES_LOCK:
-        rt = _RUNTIMES.get(key)
+        group = _RUNTIMES.setdefault(key, {})
+        rt = group.get(_config_key(config))
         if rt is None:
-            rt = _RUNTIMES[key] = Runtime(make_store(), config)
+            rt = group[_config_key(config)] = Runtime(make_store(), config)
         return rt
 
 
-def existing_runtime(key: tuple[str, str]) -> Runtime | None:
+class LocalRuntimes:
+    """Every runtime of this process on one store, seen as one: does any hold a job?"""
+
+    def __init__(self, runtimes: list[Runtime]):
+        self.runtimes = runtimes
+
+    def holds(self, job_id: str) -> bool:
+        return any(rt.holds(job_id) for rt in self.runtimes)
+
+    def local_cancel(self, job_id: str) -> None:
+        for rt in self.runtimes:
+            rt.local_cancel(job_id)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return all(rt.wait_idle(timeout) for rt in self.runtimes)
+
+
+def existing_runtime(key: tuple[str, str]) -> LocalRuntimes | None:
     with _RUNTIMES_LOCK:
-        return _RUNTIMES.get(key)
+        group = list(_RUNTIMES.get(key, {}).values())
+    return LocalRuntimes(group) if group else None
 
 
 def shutdown_runtimes(*, wait: bool = True) -> None:
     """Stop every runtime of this process (tests, and orderly exits)."""
     with _RUNTIMES_LOCK:
-        runtimes = list(_RUNTIMES.values())
+        runtimes = [rt for group in _RUNTIMES.values() for rt in group.values()]
         _RUNTIMES.clear()
     for rt in runtimes:
         rt.close(wait=wait)

@@ -79,6 +79,7 @@ class Worker:
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._last_claim = 0.0
+        self._backlog = False
         self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._poker.setblocking(False)
         self.runtimes: list[Runtime] = []
@@ -163,38 +164,49 @@ class Worker:
             except Exception:
                 log.exception("claiming from %s failed", rt.store)
                 continue
+            self._backlog = len(rows) == free  # a full batch: there may be more
             for row in rows:
-                self._launch(rt, row)
+                self._launch_safely(rt, row)
                 started += 1
         return started
 
-    def _launch(self, rt: Runtime, row: JobRow) -> None:
-        rec = row.record
+    def _launch_safely(self, rt: Runtime, row: JobRow) -> None:
+        """Launch one claimed job; whatever goes wrong fails that job, not the loop."""
         with self._busy_lock:
             self._busy += 1
-        spec = kinds.kind_spec(rec["kind"])
         try:
-            if spec is None:
-                raise kinds.KindImportError(
-                    f"kind {rec['kind']!r} is not registered in this worker"
+            self._launch(rt, row)
+        except Exception as exc:
+            job_id = row.record.get("job_id")
+            if isinstance(exc, kinds.KindImportError):
+                message = str(exc)  # names the registered path that does not import
+                log.error("%s", exc)
+            else:
+                message = f"the worker could not launch this job: {type(exc).__name__}: {exc}"
+                log.exception("job %s could not be launched", job_id)
+            try:
+                rt.store.finish(
+                    job_id,
+                    au_status=ComputationStatus.FAILED,
+                    result=None,
+                    error=message,
+                    fields={
+                        "finished_at": self.config.clock(),
+                        "error": message,
+                        "error_kind": "crashed",
+                    },
+                    attempt=row.record.get("attempt"),
                 )
-            fn = spec.load()
-        except kinds.KindImportError as exc:
-            log.error("%s", exc)
-            rt.store.finish(
-                rec["job_id"],
-                au_status=ComputationStatus.FAILED,
-                result=None,
-                error=str(exc),
-                fields={
-                    "finished_at": self.config.clock(),
-                    "error": str(exc),
-                    "error_kind": "crashed",
-                },
-                attempt=rec["attempt"],
-            )
-            self._released(rec["job_id"])
-            return
+            except Exception:
+                log.exception("job %s: could not record the failed launch", job_id)
+            self._released(job_id)
+
+    def _launch(self, rt: Runtime, row: JobRow) -> None:
+        rec = row.record
+        spec = kinds.kind_spec(rec["kind"])
+        if spec is None:
+            raise kinds.KindImportError(f"kind {rec['kind']!r} is not registered in this worker")
+        fn = spec.load()
         try:
             secrets = dict(self._secrets(rec["kind"], rec.get("params") or {}))
         except Exception:
@@ -222,15 +234,15 @@ class Worker:
             ", ".join(self.kinds()) or "none",
         )
         while not self.stopping.is_set():
-            if self._claim_due() and self.claim_once():
-                continue  # a backlog drains without waiting
-            if 0 < self.busy < self.config.max_concurrent:
-                self._listener.wait(CLAIM_BATCH_S)  # woken early by each finish
-                continue
             if time.monotonic() - last_reap >= self.config.heartbeat_interval_s:
                 last_reap = time.monotonic()
                 self.recover()
-            self._listener.wait(IDLE_POLL_S)
+            if self._claim_due() and self.claim_once():
+                continue  # a backlog drains without waiting
+            if self._backlog and 0 < self.busy < self.config.max_concurrent:
+                self._listener.wait(CLAIM_BATCH_S)  # more is queued: batch the next claim
+            else:  # nothing queued (or no free slot): sleep until a wake, a finish or the poll
+                self._listener.wait(IDLE_POLL_S)
         return self._drain()
 
     def _drain(self) -> int:
@@ -318,7 +330,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)
-    return worker.run()
+    code = worker.run()
+    stuck = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and not t.daemon
+    ]
+    if stuck:  # bodies that ignored the grace period: their jobs are back in the queue
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def test_the_prior_is_per_unit_and_flagged_prior():
 def test_an_all_cache_hit_plan_is_exact_at_the_floor():
     durations = {"m|o": [50.0] * 5}
     pred = predict_total_s(KEYS, "video", durations=durations, expected_cache_hit=True, config=CFG)
-    assert pred == (CFG.cache_hit_floor_s, CFG.cache_hit_floor_s, "exact", None)
+    assert pred == (CFG.cache_hit_floor_s, CFG.cache_hit_floor_s, "exact") and pred.key is None
 
 
 def test_p90_is_synthesized_below_p90_min_samples_and_real_from_it():
