@@ -181,6 +181,46 @@ def test_an_enqueue_wakes_a_listening_worker_at_once(pg_url):
         store.purge()
 
 
+def test_one_listener_wakes_for_every_project_it_also_listens_on(pg_url, tmp_path):
+    from nw.jobs.stores.postgres import PostgresJobStore
+    from nw.jobs.stores.sqlite import SqliteJobStore
+
+    a = PostgresJobStore(pg_url, f"wake-a-{uuid.uuid4().hex}")
+    b = PostgresJobStore(pg_url, f"wake-b-{uuid.uuid4().hex}")
+    c = PostgresJobStore(pg_url, f"wake-c-{uuid.uuid4().hex}")  # not listened on
+    listener = a.wake_listener("w-multi")
+    try:
+        listener.also(b)
+        listener.also(b)  # idempotent
+        listener.also(SqliteJobStore(tmp_path / "jobs.sqlite3"))  # datagram wake: nothing to add
+        assert listener.channels == (a.channel, b.channel)
+        assert listener.wait(0.05) is False
+        woke = []
+        t = threading.Thread(target=lambda: woke.append((listener.wait(5), time.monotonic())))
+        t.start()
+        time.sleep(0.1)
+        sent = time.monotonic()
+        b.create(record(f"{1:064x}"), claimable=True)  # an enqueue in project B
+        t.join()
+        assert woke[0][0] is True and woke[0][1] - sent < 1.0
+        c.create(record(f"{1:064x}"), claimable=True)
+        assert listener.wait(0.2) is False  # C is not one of its projects
+        a.wake_workers()
+        assert listener.wait(1.0) is True
+        # a lost connection comes back listening on every channel
+        listener._conn.close()
+        assert listener.wait(0.1) is True  # reconnected: poll once
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_notify(%s, '')", (b.channel,))
+        assert listener.wait(1.0) is True
+        with pytest.raises(ValueError, match="cannot listen"):
+            listener.also(PostgresJobStore(pg_url.replace("127.0.0.1", "localhost"), "x"))
+    finally:
+        listener.close()
+        for store in (a, b, c):
+            store.purge()
+
+
 # ----- secrets in the URL ------------------------------------------------------------------------
 SECRET = "s3cr3t-Pa55w0rd"
 

@@ -784,7 +784,8 @@ class PostgresJobStore(JobStore):
 
     # ----- waking idle workers ----------------------------------------------------------
     def wake_listener(self, runner_id: str) -> PgWakeListener:
-        """``LISTEN`` on this project's channel (one dedicated connection)."""
+        """``LISTEN`` on this project's channel (one dedicated connection); a
+        worker serving more projects adds theirs with ``listener.also(store)``."""
         return PgWakeListener(self.db, self.channel, f"nw-jobs/{runner_id}")
 
     def wake_workers(self) -> None:
