@@ -221,6 +221,40 @@ def test_one_listener_wakes_for_every_project_it_also_listens_on(pg_url, tmp_pat
             store.purge()
 
 
+# ----- retries after a lost reply ----------------------------------------------------------------
+def _commit_then_lose_the_reply(store, monkeypatch):
+    """Every write runs twice: once committed (its reply "lost"), then retried."""
+    run = store.db.run
+
+    def twice(fn, *, what):
+        run(fn, what=what)
+        return run(lambda conn, _retried: fn(conn, True), what=what)
+
+    monkeypatch.setattr(store.db, "run", twice)
+
+
+def test_progress_and_samples_retried_after_a_lost_reply_are_written_once(pg_url, monkeypatch):
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    store = PostgresJobStore(pg_url, f"retry-{uuid.uuid4().hex}")
+    try:
+        job_id = f"{1:064x}"
+        store.create(record(job_id), claimable=True)
+        store.claim(["render"], now=2e9, runner_id="w")
+        for i in range(3):
+            store.add_samples({"k": float(i)}, now=1e9 + i, window=3)
+        _commit_then_lose_the_reply(store, monkeypatch)
+        assert store.append_progress(job_id, {"ts": 1.0, "pct": 5.0, "message": "a"}, attempt=1)
+        assert store.append_progress(job_id, {"ts": 2.0, "pct": None}, attempt=None)
+        assert not store.append_progress(job_id, {"ts": 3.0}, attempt=7)
+        assert [b["ts"] for b in store.progress(job_id, limit=10)] == [1.0, 2.0]
+        store.add_samples({"k": 9.0, "j": 1.0}, now=1e9 + 10, window=3)
+        assert store.samples(["k", "j"], window=10) == {"k": [1.0, 2.0, 9.0], "j": [1.0]}
+    finally:
+        monkeypatch.undo()
+        store.purge()
+
+
 # ----- secrets in the URL ------------------------------------------------------------------------
 SECRET = "s3cr3t-Pa55w0rd"
 

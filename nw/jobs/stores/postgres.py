@@ -315,11 +315,35 @@ _ADD_SAMPLES = (
     "  (SELECT id FROM nw_jobs.durations WHERE project_id = %(p)s AND key = k.key"
     "   ORDER BY at DESC, id DESC LIMIT greatest(%(w)s - 1, 0))"
 )
+# The retried forms (the first try may have committed before its reply was
+# lost): a sample or beat already there is not written twice. Only a retry
+# pays for the check.
+_ADD_SAMPLES_RETRY = (
+    "INSERT INTO nw_jobs.durations (project_id, key, at, seconds)"
+    " SELECT %(p)s, k, %(now)s, s FROM unnest(%(keys)s::text[], %(secs)s::float8[]) AS u(k, s)"
+    " WHERE NOT EXISTS (SELECT 1 FROM nw_jobs.durations d WHERE d.project_id = %(p)s"
+    "  AND d.key = u.k AND d.at = %(now)s AND d.seconds = u.s)"
+)
+_PRUNE_SAMPLES = (
+    "DELETE FROM nw_jobs.durations d USING unnest(%(keys)s::text[]) AS k(key)"
+    " WHERE d.project_id = %(p)s AND d.key = k.key AND d.id NOT IN"
+    "  (SELECT id FROM nw_jobs.durations WHERE project_id = %(p)s AND key = k.key"
+    "   ORDER BY at DESC, id DESC LIMIT %(w)s)"
+)
 _APPEND_PROGRESS = (
     "INSERT INTO nw_jobs.progress (project_id, job_id, attempt, ts, pct, message, stage)"
     " SELECT %(p)s, %(id)s, %(a)s::integer, %(ts)s::double precision,"
     " %(pct)s::double precision, %(msg)s::text, %(stage)s::jsonb FROM nw_jobs.jobs j"
     f" WHERE {_FENCE}"
+)
+
+_APPEND_PROGRESS_RETRY = (
+    "WITH dup AS (SELECT 1 FROM nw_jobs.progress WHERE project_id = %(p)s AND job_id = %(id)s"
+    "  AND attempt IS NOT DISTINCT FROM %(a)s::integer AND ts = %(ts)s::double precision"
+    "  AND pct IS NOT DISTINCT FROM %(pct)s::double precision"
+    "  AND message IS NOT DISTINCT FROM %(msg)s::text LIMIT 1),"
+    f" ins AS ({_APPEND_PROGRESS} AND NOT EXISTS (SELECT 1 FROM dup) RETURNING 1)"
+    " SELECT (SELECT count(*) FROM dup) + (SELECT count(*) FROM ins)"
 )
 
 
@@ -717,8 +741,18 @@ class PostgresJobStore(JobStore):
             "secs": [float(samples[k]) for k in keys],
             "now": now,
             "w": int(window),
+            "p": self.project_id,
         }
-        self._exec("add_samples", _ADD_SAMPLES, args)
+
+        def op(conn: psycopg.Connection, retried: bool) -> None:
+            if not retried:
+                conn.execute(_ADD_SAMPLES, args)
+                return
+            with conn.transaction():
+                conn.execute(_ADD_SAMPLES_RETRY, args)
+                conn.execute(_PRUNE_SAMPLES, args)
+
+        self._write("add_samples", op)
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
         stage = beat.get("stage")
@@ -729,8 +763,15 @@ class PostgresJobStore(JobStore):
             "pct": beat.get("pct"),
             "msg": beat.get("message"),
             "stage": None if stage is None else _jsonb(stage),
+            "p": self.project_id,
         }
-        return self._exec("append_progress", _APPEND_PROGRESS, args, _rowcount) > 0
+
+        def op(conn: psycopg.Connection, retried: bool) -> bool:
+            if retried:
+                return conn.execute(_APPEND_PROGRESS_RETRY, args).fetchone()[0] > 0
+            return conn.execute(_APPEND_PROGRESS, args).rowcount > 0
+
+        return self._write("append_progress", op)
 
     def progress(self, job_id: str, *, limit: int) -> list[dict[str, Any]]:
         rows = self._read(
