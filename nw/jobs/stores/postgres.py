@@ -25,7 +25,9 @@ Concurrency, in one statement per transition where possible:
 
 * dedup: the primary key ``(project_id, job_id)`` is the constraint; ``create``
   is ``INSERT … ON CONFLICT DO NOTHING``, and only when that conflicts does it
-  lock the existing row to decide (live: returned; finished: replaced).
+  lock the existing row to decide (live: returned; finished: replaced, the
+  new run carrying ``attempt`` and spend over), from the locked row's own
+  columns (the status row read alongside may predate the lock).
 * claims: ``SELECT … FOR UPDATE SKIP LOCKED`` over the small partial index of
   due queued jobs, ``limit`` jobs per statement, moved to running in the same
   statement; a ``lease`` token lets a claim whose reply was lost with the
