@@ -99,7 +99,7 @@ def test_create_replaces_a_finished_job_with_a_new_run(store):
     row, created = store.create(record(a, at=T0 + 50, params={"n": 2}), claimable=True)
     assert created and row.status.value == "queued"
     got = store.get(a)
-    assert got.status.value == "queued" and got.record["attempt"] == 1  # carried over
+    assert got.status.value == "queued" and got.record["attempt"] == 1  # the lease carries on
     assert got.record["attempt_base"] == 1
     assert got.record["params"] == {"n": 2} and got.record["finished_at"] is None
     assert got.result is None
@@ -398,8 +398,7 @@ def test_beat_stamps_the_runners_jobs_and_reports_cancels(store):
     store.register_runner("w", {"role": "worker"}, now=T0)
     store.claim(["render"], now=T0 + 5, runner_id="w", limit=2)
     store.claim(["render"], now=T0 + 5, runner_id="other", limit=1)
-    assert store.beat([a, b], now=T0 + 9, runner_id="w") == set()
-    assert store.beat([a, b, c], now=T0 + 9, runner_id="w") == {c}  # not w's
+    assert store.beat([a, b, c], now=T0 + 9, runner_id="w") == {c}  # c is not w's to run
     assert store.get(a).record["heartbeat_at"] == T0 + 9
     assert store.get(c).record["heartbeat_at"] == T0 + 5  # another runner's job
     store.request_cancel(b, now=T0 + 10)
