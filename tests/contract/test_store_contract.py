@@ -104,7 +104,53 @@ def test_create_replaces_a_finished_job_with_a_new_run(store):
     assert got.record["params"] == {"n": 2} and got.record["finished_at"] is None
     assert got.result is None
     assert store.progress(a, limit=10) == []
-    assert [r.record["job_id"] for r in store.claim(["render"], now=T0 + 60, runner_id="w")] == [a]
+    (again,) = store.claim(["render"], now=T0 + 60, runner_id="w")
+    assert again.record["job_id"] == a and again.record["attempt"] == 2
+    assert not finish_ok(store, a, 1)  # the old run's lease token never comes back
+
+
+def test_a_replaced_run_carries_its_spend_and_attempt(store):
+    # Given a job that was re-run once already and whose second run spent too
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w")
+    store.finish(
+        a,
+        au_status=ComputationStatus.FAILED,
+        result=None,
+        error="x",
+        fields={"finished_at": T0 + 2, "actual_usd": 1.0, "prior_actual_usd": 0.5},
+        attempt=1,
+    )
+    row, created = store.create(record(a, at=T0 + 10), claimable=True)
+    assert created and row.record["earlier_runs_usd"] == 1.5 and row.record["attempt"] == 1
+    assert store.spend()["actual_usd"] == 1.5  # the queued new run: nothing lost
+    store.claim(["render"], now=T0 + 11, runner_id="w")
+    store.finish(
+        a,
+        au_status=ComputationStatus.COMPLETED,
+        result=None,
+        error=None,
+        fields={"finished_at": T0 + 12, "actual_usd": 0.25, "actual_is_lower_bound": False},
+        attempt=2,
+    )
+    assert store.spend()["actual_usd"] == 1.75
+    # When it is replaced again
+    row, created = store.create(record(a, at=T0 + 20), claimable=True)
+    # Then the new run starts from attempt 2 and carries everything spent so far
+    got = store.get(a).record
+    assert created and got["attempt"] == 2 and got["attempt_base"] == 2
+    assert got["earlier_runs_usd"] == 1.75 and got.get("actual_usd") is None
+    assert row.record["earlier_runs_usd"] == 1.75
+    assert store.spend()["actual_usd"] == 1.75
+
+
+def test_a_replaced_run_that_spent_nothing_carries_no_spend(store):
+    (a,) = queued(store)
+    store.request_cancel(a, now=T0 + 1)  # cancelled before it ran: attempt 0, no spend
+    _, created = store.create(record(a, at=T0 + 2), claimable=True)
+    got = store.get(a).record
+    assert created and got["attempt"] == 0 and got["attempt_base"] == 0
+    assert got.get("earlier_runs_usd") is None and store.spend()["actual_usd"] == 0.0
 
 
 def test_two_threads_creating_the_same_id_get_one_job(store):
@@ -127,6 +173,33 @@ def test_two_threads_creating_the_same_id_get_one_job(store):
             t.join()
         assert sorted(results) == [False, False, False, True]
     assert len(list(store.iter_ids())) == 15
+
+
+def test_threads_re_creating_a_finished_id_get_one_new_run(store):
+    for n in range(10):
+        (job_id,) = queued(store, at=T0 + 100 * n)
+        store.claim(["render"], now=T0 + 100 * n + 1, runner_id="w")
+        assert finish_ok(store, job_id, 1, at=T0 + 100 * n + 2)
+        barrier = threading.Barrier(4)
+        results: list[bool] = []
+        lock = threading.Lock()
+
+        def go(i, job_id=job_id, barrier=barrier, lock=lock, results=results, n=n):
+            rec = record(job_id, at=T0 + 100 * n + 10 + i)
+            barrier.wait()
+            _, created = store.create(rec, claimable=True)
+            with lock:
+                results.append(created)
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [False, False, False, True]
+        got = store.get(job_id)
+        assert got.status.value == "queued" and got.record["attempt"] == 1
+        assert len(store.claim(["render"], now=T0 + 100 * n + 50, runner_id="w", limit=5)) == 1
 
 
 # ----- start and claim ----------------------------------------------------------------------
@@ -333,6 +406,30 @@ def test_beat_stamps_the_runners_jobs_and_reports_cancels(store):
     assert store.beat([], now=T0 + 12, runner_id="w") == set()
     (runner,) = store.runners()
     assert runner["beat_at"] == T0 + 12
+
+
+def test_beat_tells_a_runner_to_stop_cancelled_finished_and_lost_jobs(store):
+    # Given four jobs runner w started
+    keep, cancelled, finished, lost = queued(store, 4)
+    store.claim(["render"], now=T0 + 5, runner_id="w", limit=4)
+    # When one is cancelled, one finished (e.g. reaped and closed), and one is
+    # reaped, requeued and claimed by another runner
+    store.request_cancel(cancelled, now=T0 + 6)
+    assert finish_ok(store, finished, 1, at=T0 + 7)
+    assert store.requeue(lost, fields={"error": "reaped"}, not_before=T0 + 8, attempt=1)
+    (other,) = store.claim(["render"], now=T0 + 9, runner_id="w2")
+    assert other.record["job_id"] == lost
+    # Then its beat names exactly those three, and stamps only what it still holds
+    assert store.beat([keep, cancelled, finished, lost], now=T0 + 10, runner_id="w") == {
+        cancelled,
+        finished,
+        lost,
+    }
+    assert store.get(keep).record["heartbeat_at"] == T0 + 10
+    assert store.get(lost).record["heartbeat_at"] == T0 + 9
+    assert store.get(finished).record["heartbeat_at"] == T0 + 5
+    # and the new holder's beat reports nothing
+    assert store.beat([lost], now=T0 + 11, runner_id="w2") == set()
 
 
 # ----- reads -----------------------------------------------------------------------------------

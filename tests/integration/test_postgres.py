@@ -181,6 +181,80 @@ def test_an_enqueue_wakes_a_listening_worker_at_once(pg_url):
         store.purge()
 
 
+def test_one_listener_wakes_for_every_project_it_also_listens_on(pg_url, tmp_path):
+    from nw.jobs.stores.postgres import PostgresJobStore
+    from nw.jobs.stores.sqlite import SqliteJobStore
+
+    a = PostgresJobStore(pg_url, f"wake-a-{uuid.uuid4().hex}")
+    b = PostgresJobStore(pg_url, f"wake-b-{uuid.uuid4().hex}")
+    c = PostgresJobStore(pg_url, f"wake-c-{uuid.uuid4().hex}")  # not listened on
+    listener = a.wake_listener("w-multi")
+    try:
+        listener.also(b)
+        listener.also(b)  # idempotent
+        listener.also(SqliteJobStore(tmp_path / "jobs.sqlite3"))  # datagram wake: nothing to add
+        assert listener.channels == (a.channel, b.channel)
+        assert listener.wait(0.05) is False
+        woke = []
+        t = threading.Thread(target=lambda: woke.append((listener.wait(5), time.monotonic())))
+        t.start()
+        time.sleep(0.1)
+        sent = time.monotonic()
+        b.create(record(f"{1:064x}"), claimable=True)  # an enqueue in project B
+        t.join()
+        assert woke[0][0] is True and woke[0][1] - sent < 1.0
+        c.create(record(f"{1:064x}"), claimable=True)
+        assert listener.wait(0.2) is False  # C is not one of its projects
+        a.wake_workers()
+        assert listener.wait(1.0) is True
+        # a lost connection comes back listening on every channel
+        listener._conn.close()
+        assert listener.wait(0.1) is True  # reconnected: poll once
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_notify(%s, '')", (b.channel,))
+        assert listener.wait(1.0) is True
+        with pytest.raises(ValueError, match="cannot listen"):
+            listener.also(PostgresJobStore(pg_url.replace("127.0.0.1", "localhost"), "x"))
+    finally:
+        listener.close()
+        for store in (a, b, c):
+            store.purge()
+
+
+# ----- retries after a lost reply ----------------------------------------------------------------
+def _commit_then_lose_the_reply(store, monkeypatch):
+    """Every write runs twice: once committed (its reply "lost"), then retried."""
+    run = store.db.run
+
+    def twice(fn, *, what):
+        run(fn, what=what)
+        return run(lambda conn, _retried: fn(conn, True), what=what)
+
+    monkeypatch.setattr(store.db, "run", twice)
+
+
+def test_progress_and_samples_retried_after_a_lost_reply_are_written_once(pg_url, monkeypatch):
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    store = PostgresJobStore(pg_url, f"retry-{uuid.uuid4().hex}")
+    try:
+        job_id = f"{1:064x}"
+        store.create(record(job_id), claimable=True)
+        store.claim(["render"], now=2e9, runner_id="w")
+        for i in range(3):
+            store.add_samples({"k": float(i)}, now=1e9 + i, window=3)
+        _commit_then_lose_the_reply(store, monkeypatch)
+        assert store.append_progress(job_id, {"ts": 1.0, "pct": 5.0, "message": "a"}, attempt=1)
+        assert store.append_progress(job_id, {"ts": 2.0, "pct": None}, attempt=None)
+        assert not store.append_progress(job_id, {"ts": 3.0}, attempt=7)
+        assert [b["ts"] for b in store.progress(job_id, limit=10)] == [1.0, 2.0]
+        store.add_samples({"k": 9.0, "j": 1.0}, now=1e9 + 10, window=3)
+        assert store.samples(["k", "j"], window=10) == {"k": [1.0, 2.0, 9.0], "j": [1.0]}
+    finally:
+        monkeypatch.undo()
+        store.purge()
+
+
 # ----- secrets in the URL ------------------------------------------------------------------------
 SECRET = "s3cr3t-Pa55w0rd"
 

@@ -378,26 +378,68 @@ def migrate(url: str) -> list[str]:
 class PgWakeListener:
     """A worker's end of ``LISTEN``: ``wait(timeout)`` returns True when woken.
 
-    Two ways in: a ``NOTIFY`` on the project's channel (an enqueue on any
-    host) and, like the embedded store's listener, a datagram to ``address``
-    (the worker pokes itself there when a slot frees). LISTEN needs its own
-    connection (it is per session, so never a pooled one); a lost one is
-    re-established on the next ``wait``, which then returns True so the
-    caller polls once for what it may have missed meanwhile.
+    Two ways in: a ``NOTIFY`` on a listened project's channel (an enqueue on
+    any host) and, like the embedded store's listener, a datagram to
+    ``address`` (the worker pokes itself there when a slot frees). LISTEN
+    needs its own connection (it is per session, so never a pooled one); a
+    lost one is re-established, on every channel, on the next ``wait``, which
+    then returns True so the caller polls once for what it may have missed
+    meanwhile. One listener (one connection) serves every project of a
+    worker: ``also(store)`` adds a project's channel.
     """
 
     def __init__(self, db: Database, channel: str, name: str):
-        self._db, self._channel = db, channel
+        self._db = db
+        self._channels = [channel]
         self._conn: psycopg.Connection | None = None
         self._local = WakeListener(name)
         self.address = self._local.address
         with contextlib.suppress(psycopg.Error):
             self._connect()
 
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return tuple(self._channels)
+
     def _connect(self) -> None:
         conn = psycopg.connect(self._db.url, autocommit=True, application_name="nw-jobs listen")
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        try:
+            for channel in self._channels:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
+
+    def also(self, store: Any) -> None:
+        """Wake on ``store``'s project too (a worker serving several projects).
+
+        A store without a channel (the embedded store) needs nothing: its wake
+        is a datagram to ``address``, which the worker announces to it. A
+        PostgreSQL store must be on this listener's database (one connection).
+        Call it before ``wait`` runs in another thread (a connection is not
+        shared between threads here).
+        """
+        channel = getattr(store, "channel", None)
+        if channel is None:
+            return
+        if store.db.url != self._db.url:
+            raise ValueError(
+                f"a wake listener on {self._db.display} cannot listen on {store.db.display}"
+            )
+        self.listen(channel)
+
+    def listen(self, channel: str) -> None:
+        """Add a ``NOTIFY`` channel (idempotent)."""
+        if channel in self._channels:
+            return
+        self._channels.append(channel)
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            return  # the next wait connects, on every channel
+        try:
+            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except psycopg.Error:
+            self._drop()  # re-established, with this channel, on the next wait
 
     def _pending(self) -> bool:
         """Consume what the server sent; True if it held a notification."""

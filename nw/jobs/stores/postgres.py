@@ -25,7 +25,9 @@ Concurrency, in one statement per transition where possible:
 
 * dedup: the primary key ``(project_id, job_id)`` is the constraint; ``create``
   is ``INSERT … ON CONFLICT DO NOTHING``, and only when that conflicts does it
-  lock the existing row to decide (live: returned; finished: replaced).
+  lock the existing row to decide (live: returned; finished: replaced, the
+  new run carrying ``attempt`` and spend over), from the locked row's own
+  columns (the status row read alongside may predate the lock).
 * claims: ``SELECT … FOR UPDATE SKIP LOCKED`` over the small partial index of
   due queued jobs, ``limit`` jobs per statement, moved to running in the same
   statement; a ``lease`` token lets a claim whose reply was lost with the
@@ -54,7 +56,7 @@ from psycopg.types.json import Jsonb
 
 from nw.jobs.errors import JobStoreError
 from nw.jobs.records import JobRow
-from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, split_record
+from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, carry_over, split_record
 from nw.jobs.stores.pg_connect import (
     Database,
     GroupCommit,
@@ -84,6 +86,17 @@ _SELECT = (
     " ON true"
 )
 _GET = _SELECT + " WHERE j.project_id = %(p)s AND j.job_id = %(id)s"
+# ``create`` locks the existing row to decide. After waiting for the lock,
+# PostgreSQL re-reads the locked ``jobs`` row but not the LATERAL status row
+# (it keeps the version of the statement's snapshot), so liveness is decided
+# from the locked row's own columns: ``state`` (generated from ``au_status``,
+# which every transition writes with the status row) and ``au_status``.
+_LOCK = (
+    f"SELECT {_ROW}, j.state, j.au_status FROM nw_jobs.jobs j LEFT JOIN LATERAL"
+    " (SELECT t.status, t.value, t.error FROM nw_jobs.status t"
+    "  WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true"
+    " WHERE j.project_id = %(p)s AND j.job_id = %(id)s FOR UPDATE OF j"
+)
 _BY_LEASE = _SELECT + " WHERE j.project_id = %(p)s AND j.lease = %(tok)s ORDER BY j.job_id"
 
 # The record's column fields as a JSON patch ``c`` (absent key: unchanged) and
@@ -232,7 +245,8 @@ _BEAT = (
     "  WHERE project_id = %(p)s AND job_id = ANY(%(ids)s::text[]) AND finished_at IS NULL"
     "  AND runner_id = %(r)s)"
     " SELECT job_id FROM nw_jobs.jobs"
-    " WHERE project_id = %(p)s AND job_id = ANY(%(ids)s::text[]) AND cancel_requested"
+    " WHERE project_id = %(p)s AND job_id = ANY(%(ids)s::text[])"
+    "  AND (cancel_requested OR finished_at IS NOT NULL OR runner_id IS DISTINCT FROM %(r)s)"
 )
 _PUT_RECORD = (
     f"WITH jb AS (INSERT INTO nw_jobs.jobs ({_INSERT_COLS}, au_status)"
@@ -278,6 +292,7 @@ _PURGE = (
 _USD = "CASE WHEN jsonb_typeof(doc->'{0}') = 'number' THEN (doc->>'{0}')::double precision END"
 _SPEND = (
     "SELECT coalesce(sum(coalesce(" + _USD.format("prior_actual_usd") + ", 0)"
+    "   + coalesce(" + _USD.format("earlier_runs_usd") + ", 0)"
     "   + CASE WHEN finished_at IS NULL THEN 0"
     "     ELSE coalesce(" + _USD.format("actual_usd") + ", 0) END), 0.0),"
     " coalesce(bool_or(finished_at IS NOT NULL AND started_at IS NOT NULL"
@@ -302,11 +317,35 @@ _ADD_SAMPLES = (
     "  (SELECT id FROM nw_jobs.durations WHERE project_id = %(p)s AND key = k.key"
     "   ORDER BY at DESC, id DESC LIMIT greatest(%(w)s - 1, 0))"
 )
+# The retried forms (the first try may have committed before its reply was
+# lost): a sample or beat already there is not written twice. Only a retry
+# pays for the check.
+_ADD_SAMPLES_RETRY = (
+    "INSERT INTO nw_jobs.durations (project_id, key, at, seconds)"
+    " SELECT %(p)s, k, %(now)s, s FROM unnest(%(keys)s::text[], %(secs)s::float8[]) AS u(k, s)"
+    " WHERE NOT EXISTS (SELECT 1 FROM nw_jobs.durations d WHERE d.project_id = %(p)s"
+    "  AND d.key = u.k AND d.at = %(now)s AND d.seconds = u.s)"
+)
+_PRUNE_SAMPLES = (
+    "DELETE FROM nw_jobs.durations d USING unnest(%(keys)s::text[]) AS k(key)"
+    " WHERE d.project_id = %(p)s AND d.key = k.key AND d.id NOT IN"
+    "  (SELECT id FROM nw_jobs.durations WHERE project_id = %(p)s AND key = k.key"
+    "   ORDER BY at DESC, id DESC LIMIT %(w)s)"
+)
 _APPEND_PROGRESS = (
     "INSERT INTO nw_jobs.progress (project_id, job_id, attempt, ts, pct, message, stage)"
     " SELECT %(p)s, %(id)s, %(a)s::integer, %(ts)s::double precision,"
     " %(pct)s::double precision, %(msg)s::text, %(stage)s::jsonb FROM nw_jobs.jobs j"
     f" WHERE {_FENCE}"
+)
+
+_APPEND_PROGRESS_RETRY = (
+    "WITH dup AS (SELECT 1 FROM nw_jobs.progress WHERE project_id = %(p)s AND job_id = %(id)s"
+    "  AND attempt IS NOT DISTINCT FROM %(a)s::integer AND ts = %(ts)s::double precision"
+    "  AND pct IS NOT DISTINCT FROM %(pct)s::double precision"
+    "  AND message IS NOT DISTINCT FROM %(msg)s::text LIMIT 1),"
+    f" ins AS ({_APPEND_PROGRESS} AND NOT EXISTS (SELECT 1 FROM dup) RETURNING 1)"
+    " SELECT (SELECT count(*) FROM dup) + (SELECT count(*) FROM ins)"
 )
 
 
@@ -491,24 +530,50 @@ class PostgresJobStore(JobStore):
             if inserted:
                 return JobRow(dict(record), "pending"), True
             with conn.transaction():  # it exists: lock it and decide
-                r = conn.execute(_GET + " FOR UPDATE OF j", params).fetchone()
-                if r is None:  # deleted meanwhile: try again from the top
+                got = self._lock(conn, params)
+                if got is None:  # deleted meanwhile: try again from the top
                     raise RetryNow("the job vanished during create")
-                existing = self._row(r)
-                if existing.status.value in _LIVE:
+                existing, live = got
+                if live:
                     # A retry whose first try committed finds its own run: created.
                     mine = (
                         retried and run_id is not None and existing.record.get("run_id") == run_id
                     )
                     return existing, mine
-                conn.execute(_REPLACE, params)
-            return JobRow(dict(record), "pending"), True
+                return self._replace(conn, params, record, existing)
 
         row, created = self._write("create", op)
         # A created claimable job was announced by its own statement (at commit),
         # so the facade's wake_workers() right after has nothing left to do.
         self._tls.notified = created and claimable
         return row, created
+
+    def _lock(
+        self, conn: psycopg.Connection, params: Mapping[str, Any]
+    ) -> tuple[JobRow, bool] | None:
+        """Lock the job's ``jobs`` row (inside the caller's transaction): its row
+        and whether it is live, or None when there is no such job."""
+        r = conn.execute(_LOCK, params).fetchone()
+        if r is None:
+            return None
+        state, au_status = r[13], r[14]
+        if r[10] != au_status:  # the status row predates the lock: read it again
+            r = conn.execute(_GET, params).fetchone() or r
+        # no status entry reads as failed (see ``_row``): a new run may replace it
+        return self._row(r), r[10] is not None and state in _LIVE
+
+    def _replace(
+        self,
+        conn: psycopg.Connection,
+        params: Mapping[str, Any],
+        record: Mapping[str, Any],
+        old: JobRow,
+    ) -> tuple[JobRow, bool]:
+        """Replace the locked finished job by a new run (it carries ``attempt``
+        and spend over, see ``carry_over``)."""
+        new = {**record, **carry_over(old.record)}
+        conn.execute(_REPLACE, {**params, **self._insert_args(new)})
+        return JobRow(dict(new), "pending"), True
 
     def _create_admitted(
         self, record: dict[str, Any], *, claimable: bool, admit: Callable[[], None]
@@ -523,26 +588,24 @@ class PostgresJobStore(JobStore):
         def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%(p)s))", args)
-                r = conn.execute(_GET + " FOR UPDATE OF j", args).fetchone()
-                if r is not None:
-                    existing = self._row(r)
-                    if existing.status.value in _LIVE:
-                        mine = (
-                            retried
-                            and run_id is not None
-                            and existing.record.get("run_id") == run_id
-                        )
-                        return existing, mine
+                got = self._lock(conn, args)
+                if got is not None and got[1]:
+                    existing = got[0]
+                    mine = (
+                        retried and run_id is not None and existing.record.get("run_id") == run_id
+                    )
+                    return existing, mine
                 self._tls.conn = conn
                 try:
                     admit()  # an exception rolls the transaction back: nothing written
                 finally:
                     self._tls.conn = None
-                if r is None:
-                    conn.execute(_CREATE, args)
-                else:
-                    conn.execute(_REPLACE, args)
-            return JobRow(dict(record), "pending"), True
+                if got is None:
+                    inserted, _notified = conn.execute(_CREATE, args).fetchone()
+                    if not inserted:  # a create without the gate got in first: decide again
+                        raise RetryNow("the job appeared during create")
+                    return JobRow(dict(record), "pending"), True
+                return self._replace(conn, args, record, got[0])
 
         row, created = self._write("create", op)
         self._tls.notified = created and claimable
@@ -680,8 +743,18 @@ class PostgresJobStore(JobStore):
             "secs": [float(samples[k]) for k in keys],
             "now": now,
             "w": int(window),
+            "p": self.project_id,
         }
-        self._exec("add_samples", _ADD_SAMPLES, args)
+
+        def op(conn: psycopg.Connection, retried: bool) -> None:
+            if not retried:
+                conn.execute(_ADD_SAMPLES, args)
+                return
+            with conn.transaction():
+                conn.execute(_ADD_SAMPLES_RETRY, args)
+                conn.execute(_PRUNE_SAMPLES, args)
+
+        self._write("add_samples", op)
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
         stage = beat.get("stage")
@@ -692,8 +765,15 @@ class PostgresJobStore(JobStore):
             "pct": beat.get("pct"),
             "msg": beat.get("message"),
             "stage": None if stage is None else _jsonb(stage),
+            "p": self.project_id,
         }
-        return self._exec("append_progress", _APPEND_PROGRESS, args, _rowcount) > 0
+
+        def op(conn: psycopg.Connection, retried: bool) -> bool:
+            if retried:
+                return conn.execute(_APPEND_PROGRESS_RETRY, args).fetchone()[0] > 0
+            return conn.execute(_APPEND_PROGRESS, args).rowcount > 0
+
+        return self._write("append_progress", op)
 
     def progress(self, job_id: str, *, limit: int) -> list[dict[str, Any]]:
         rows = self._read(
@@ -747,7 +827,8 @@ class PostgresJobStore(JobStore):
 
     # ----- waking idle workers ----------------------------------------------------------
     def wake_listener(self, runner_id: str) -> PgWakeListener:
-        """``LISTEN`` on this project's channel (one dedicated connection)."""
+        """``LISTEN`` on this project's channel (one dedicated connection); a
+        worker serving more projects adds theirs with ``listener.also(store)``."""
         return PgWakeListener(self.db, self.channel, f"nw-jobs/{runner_id}")
 
     def wake_workers(self) -> None:
