@@ -46,6 +46,10 @@ class WakeListener:
             sock.bind("\0" + name)
             self._sock, self.address = sock, name
 
+    def also(self, store: object) -> None:
+        """Listen for another project too: one address serves them all (see
+        ``wake_runners``, which reads it from each project's runners table)."""
+
     def wait(self, timeout: float) -> bool:
         if self._sock is None:
             time.sleep(timeout)

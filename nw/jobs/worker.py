@@ -88,6 +88,8 @@ class Worker:
             store = open_store(project, config, create=True)
             if self._listener is None:
                 self._listener = store.wake_listener(self.runner_id)
+            else:  # PostgreSQL: LISTEN on this project's channel too (a no-op on SQLite)
+                self._listener.also(store)
             rt = Runtime(
                 store,
                 config,
