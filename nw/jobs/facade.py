@@ -311,7 +311,8 @@ def snapshot(
                 rows += store.page(status=status, actor_id=actor, limit=recent_limit)
         finally:
             store.close()
-        for row in rows:
+        latest = {row.record["job_id"]: row for row in rows}  # a job that finished between
+        for row in latest.values():  # the two reads appears once, as finished
             job = project_row(row, now, config)
             (recent if job.is_terminal else active).append((str(project.root), job))
     active.sort(key=lambda pj: pj[1].created_at, reverse=True)

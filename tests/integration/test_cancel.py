@@ -39,12 +39,25 @@ def test_cancelled_stays_cancelled_when_the_body_ignores_it_and_completes(projec
     assert done.status == jobs.CANCELLED
 
 
-def test_cancel_is_idempotent_and_unknown_ids_answer_none(project, cfg, gate):
-    job = jobs.enqueue(project, "r", {}, dispatch={"r": gate}, config=cfg)
-    assert gate.started.wait(5)
-    a = jobs.cancel_job(project, job.job_id, config=cfg)
-    b = jobs.cancel_job(project, job.job_id, config=cfg)
-    assert a.status == b.status == jobs.CANCELLING or b.status == jobs.CANCELLED
+def test_cancel_is_idempotent_and_unknown_ids_answer_none(project, cfg):
+    from nw.jobs.stores import shared_store
+
+    proceed, started = threading.Event(), threading.Event()
+
+    def stubborn(project, params):  # never looks at should_cancel: stays cancelling
+        started.set()
+        proceed.wait(10)
+        return {"ok": 1}
+
+    job = jobs.enqueue(project, "r", {}, dispatch={"r": stubborn}, config=cfg)
+    assert started.wait(5)
+    store = shared_store(project, cfg, create=False)
+    assert jobs.cancel_job(project, job.job_id, config=cfg).status == jobs.CANCELLING
+    before = store.get(job.job_id)
+    assert jobs.cancel_job(project, job.job_id, config=cfg).status == jobs.CANCELLING
+    after = store.get(job.job_id)
+    assert after.record == before.record and after.au_status == before.au_status
+    proceed.set()
     assert jobs.cancel_job(project, "0" * 64, config=cfg) is None
 
 

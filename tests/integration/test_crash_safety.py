@@ -42,7 +42,11 @@ def test_kill_9_while_writing_leaves_every_record_whole(project):
         proc.wait()
     listed = jobs.summarize(project, limit=10_000)
     assert len(listed) > 60
+    seen = set()
     for job in listed:
         assert job.error is None or "unreadable" not in job.error
-        assert job.params["i"] >= 0
-        assert job.status in jobs.Status
+        assert job.kind == "r" and set(job.params) == {"i"}
+        seen.add(job.params["i"])
+        if job.status == jobs.SUCCEEDED:  # a whole terminal write: status, result, time
+            assert job.result == {"done": job.params["i"]} and job.finished_at is not None
+    assert seen == set(range(len(listed)))  # every enqueue either landed whole or not at all

@@ -48,7 +48,10 @@ def test_summarize_reads_without_writing_or_holding_anything(project, cfg):
             from tests.conftest import postgres_rows
 
             return postgres_rows(project)
-        return db.stat().st_mtime_ns
+        import sqlite3
+
+        with sqlite3.connect(db) as conn:  # every row of every table, WAL included
+            return list(conn.iterdump())
 
     before = stored()
     other = nw.Project.init(project.root.parent / "second")
