@@ -27,7 +27,7 @@ from typing import Any
 from nw import plans, pricing
 from nw.jobs import ids
 from nw.jobs.errors import BudgetExceeded
-from nw.jobs.model import UNREADABLE_PLAN_REASON, JobsConfig
+from nw.jobs.model import ACTIVE_STATUSES, UNREADABLE_PLAN_REASON, JobsConfig
 from nw.project import Project
 
 log = logging.getLogger("nw.jobs")
@@ -81,7 +81,7 @@ class Quote:
             return
         if store is not None and job_id is not None:
             row = store.get(job_id)
-            if row is not None and row.status.value in ("queued", "running", "cancelling"):
+            if row is not None and row.status in ACTIVE_STATUSES:
                 return
         totals = store.spend() if store is not None else NO_SPEND
         committed = float(totals["actual_usd"]) + float(totals["live_estimated_usd"])

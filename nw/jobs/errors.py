@@ -23,10 +23,6 @@ class JobStoreError(RuntimeError):
     """The job store cannot be read or written (corrupt file, lost database)."""
 
 
-class StaleLease(JobStoreError):
-    """A write carried an attempt token that is no longer current: refused."""
-
-
 class BudgetExceeded(Exception):
     """``enqueue`` refused a job the project's spend cap does not allow; nothing
     was written. The message names the cap, the committed spend and the quote."""

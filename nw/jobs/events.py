@@ -15,12 +15,6 @@ from typing import Any
 
 STAGE_FIELDS = ("stage_index", "stage_count", "current_transform", "fraction")
 _ALIASES = {"index": "stage_index", "transform": "current_transform"}
-COST_FIELDS = (
-    "estimated_usd",
-    "actual_usd",
-    "cache_hit_savings_usd",
-    "actual_is_lower_bound",
-)
 
 
 def event_kind(event: Mapping[str, Any]) -> str | None:

@@ -20,7 +20,7 @@ from au.base import ComputationBackend
 from nw.jobs import costing, eta, ids, kinds, recovery
 from nw.jobs.body import Launch
 from nw.jobs.costing import quote_for
-from nw.jobs.model import DEFAULT_CONFIG, Job, JobsConfig, Status
+from nw.jobs.model import ACTIVE_STATUSES, DEFAULT_CONFIG, Job, JobsConfig, Status
 from nw.jobs.records import JobRow, new_record
 from nw.jobs.records import project as project_row
 from nw.jobs.runtime import LocalRuntimes, Runtime, existing_runtime, runtime_for
@@ -179,7 +179,7 @@ def _dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: Jo
     is closed now (the same rule as on read), so the resubmit runs again."""
     held = rt.holds if rt is not None else (lambda _id: False)
     fresh = recovery.maybe_reap(store, row, config.clock(), config, held)
-    return fresh.status.value not in ("queued", "running", "cancelling")
+    return fresh.status not in ACTIVE_STATUSES
 
 
 def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: JobsConfig) -> None:

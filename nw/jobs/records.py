@@ -15,6 +15,7 @@ from typing import Any
 
 from nw.jobs import eta, events, liveness
 from nw.jobs.model import (
+    ACTIVE_STATUSES,
     FAILED,
     UNREADABLE_RECORD_REASON,
     Job,
@@ -135,7 +136,7 @@ def project(row: JobRow, now: float, config: JobsConfig) -> Job:
     if started is not None:
         elapsed = (finished if finished is not None else now) - started
     view = eta.project_eta(rec, status.value, elapsed_s=elapsed, config=config)
-    live = status.value in ("queued", "running", "cancelling")
+    live = status in ACTIVE_STATUSES
     label_hint = view.label_hint
     if live and rec.get("overdue_at") is not None:
         label_hint = OVERDUE_HINT

@@ -17,7 +17,7 @@ from au import ComputationStatus
 
 from nw.jobs import events, liveness
 from nw.jobs.body import retry_delay
-from nw.jobs.model import REAPED_REASON, JobsConfig
+from nw.jobs.model import ACTIVE_STATUSES, REAPED_REASON, JobsConfig
 from nw.jobs.records import JobRow, attempt_in_run, retries_left
 from nw.jobs.stores.base import JobStore
 
@@ -93,7 +93,7 @@ def maybe_reap(
 ) -> JobRow:
     """The row, re-read after a reap when the liveness rule says the job is dead."""
     job_id = row.record["job_id"]
-    if row.status.value not in ("queued", "running", "cancelling"):
+    if row.status not in ACTIVE_STATUSES:
         return row
     if not _dead(store, row, now, config, held_here(job_id)):
         return row

@@ -42,9 +42,6 @@ def job_status(au_status: str, *, cancel_requested: bool, finished: bool) -> Sta
         raise ValueError(f"unknown au status {au_status!r}") from None
 
 
-GRADES = ("ok", "notice", "warning", "error")
-
-
 def grade(status: Status, *, error: str | None, error_kind: str | None, result: Any) -> str | None:
     """Severity of a finished job: ``ok`` / ``notice`` / ``warning`` / ``error``.
 

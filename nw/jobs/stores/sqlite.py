@@ -29,6 +29,7 @@ from typing import Any
 from au import ComputationResult, ComputationStatus
 
 from nw.jobs.errors import JobStoreError
+from nw.jobs.model import ACTIVE_STATUSES
 from nw.jobs.records import JobRow, unreadable_record
 from nw.jobs.stores.base import (
     COLUMNS,
@@ -243,7 +244,7 @@ class SqliteJobStore(JobStore):
             r = c.execute(_SELECT + " WHERE j.job_id = ?", (job_id,)).fetchone()
             if r is not None:
                 existing = self._row(r)
-                if existing.status.value in ("queued", "running", "cancelling"):
+                if existing.status in ACTIVE_STATUSES:
                     return existing, False
             if admit is not None:
                 admit()  # reads through this same connection, inside the transaction
