@@ -1,6 +1,15 @@
-"""Kinds the benchmarks register (imported by worker processes with --import)."""
+"""What the benchmarks share: the kinds they register (worker processes import
+this module with ``--import bench_bodies``) and starting/stopping those workers."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from nw.jobs import register_kind
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 
 def noop(project, params):
@@ -8,3 +17,18 @@ def noop(project, params):
 
 
 register_kind("bench.noop", "bench_bodies:noop")
+
+
+def start_workers(project, n, extra=()):
+    """``n`` real worker processes on ``project`` (quiet; ``extra`` CLI flags)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}"}
+    cmd = [sys.executable, "-m", "nw.jobs.worker", "--project", str(project.root),
+           "--import", "bench_bodies", "--log-level", "WARNING", *extra]  # fmt: skip
+    return [subprocess.Popen(cmd, env=env) for _ in range(n)]
+
+
+def stop_workers(procs):
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(30)

@@ -42,7 +42,7 @@ from nw.jobs.stores.postgres import PostgresJobStore, migrate
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-import bench_bodies  # noqa: E402,F401  (registers bench.noop)
+from bench_bodies import start_workers, stop_workers  # noqa: E402  (registers bench.noop)
 
 URL = os.environ.get("NW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -220,30 +220,6 @@ def enqueue_rate(base: Path, n: int) -> None:
 
 
 # ----- workers -------------------------------------------------------------------------------
-def workers(project, n, extra=()):
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "nw.jobs.worker",
-        "--project",
-        str(project.root),
-        "--import",
-        "bench_bodies",
-        "--log-level",
-        "WARNING",
-        "--database-url",
-        URL,
-        *extra,
-    ]
-    return [subprocess.Popen(cmd, env=env) for _ in range(n)]
-
-
-def stop(procs):
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        p.wait(30)
 
 
 def count_done(project) -> int:
@@ -260,13 +236,15 @@ def drain(base: Path, n_jobs: int, n_workers: int, max_concurrent: int) -> None:
     try:
         for i in range(n_jobs):
             jobs.enqueue(project, "bench.noop", {"i": i}, config=cfg)
-        procs = workers(project, n_workers, ["--max-concurrent", str(max_concurrent)])
+        procs = start_workers(
+            project, n_workers, ["--database-url", URL, "--max-concurrent", str(max_concurrent)]
+        )
         try:
             deadline = time.monotonic() + 300
             while count_done(project) < n_jobs and time.monotonic() < deadline:
                 time.sleep(0.05)
         finally:
-            stop(procs)
+            stop_workers(procs)
         with psycopg.connect(URL) as conn:
             done, first, last = conn.execute(
                 "SELECT count(*), min(started_at), max(finished_at) FROM nw_jobs.jobs"
@@ -286,7 +264,7 @@ def latency(base: Path, n: int) -> None:
     cfg = jobs.JobsConfig(database_url=URL)
     project = new_project(base, "bench-latency")
     store = PostgresJobStore(URL, project.project_id)
-    procs = workers(project, 1)
+    procs = start_workers(project, 1, ["--database-url", URL])
     try:
         time.sleep(1.5)  # let the worker boot and go idle (not a measurement)
         lat = []
@@ -300,7 +278,7 @@ def latency(base: Path, n: int) -> None:
             lat.append(row.record["started_at"] - row.record["created_at"])
             time.sleep(0.02)  # idle again before the next one
     finally:
-        stop(procs)
+        stop_workers(procs)
         close_shared_stores()
         purge(project)
     print(

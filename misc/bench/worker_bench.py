@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,31 +22,7 @@ from nw.jobs.stores import open_store
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-import bench_bodies  # noqa: E402,F401
-
-
-def workers(project, n, extra=()):
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "nw.jobs.worker",
-        "--project",
-        str(project.root),
-        "--import",
-        "bench_bodies",
-        "--log-level",
-        "WARNING",
-        *extra,
-    ]
-    return [subprocess.Popen(cmd, env=env) for _ in range(n)]
-
-
-def stop(procs):
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        p.wait(30)
+from bench_bodies import start_workers, stop_workers  # noqa: E402  (registers bench.noop)
 
 
 def finished_rows(project):
@@ -72,13 +47,13 @@ def drain(base, n_jobs, n_workers, max_concurrent):
     project = nw.Project.init(base / f"drain-{n_workers}x{max_concurrent}")
     for i in range(n_jobs):
         jobs.enqueue(project, "bench.noop", {"i": i})
-    procs = workers(project, n_workers, ["--max-concurrent", str(max_concurrent)])
+    procs = start_workers(project, n_workers, ["--max-concurrent", str(max_concurrent)])
     try:
         deadline = time.monotonic() + 300
         while count_done(project) < n_jobs and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
-        stop(procs)
+        stop_workers(procs)
     rows = finished_rows(project)
     span = max(r["finished_at"] for r in rows) - min(r["started_at"] for r in rows)
     return len(rows), span
@@ -86,7 +61,7 @@ def drain(base, n_jobs, n_workers, max_concurrent):
 
 def latency(base, n):
     project = nw.Project.init(base / "latency")
-    procs = workers(project, 1)
+    procs = start_workers(project, 1)
     try:
         time.sleep(1.0)  # let the worker boot and go idle (not a measurement)
         lat = []
@@ -103,7 +78,7 @@ def latency(base, n):
             lat.append(row.record["started_at"] - row.record["created_at"])
             time.sleep(0.02)  # idle again before the next one
     finally:
-        stop(procs)
+        stop_workers(procs)
     return sorted(lat)
 
 

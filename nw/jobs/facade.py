@@ -194,12 +194,18 @@ def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: J
     )
 
 
-def _read(store: JobStore, row: JobRow, rt: LocalRuntimes | None, config: JobsConfig) -> Job:
+def _read(
+    store: JobStore,
+    row: JobRow,
+    rt: LocalRuntimes | None,
+    config: JobsConfig,
+    beats: dict[str, float] | None = None,
+) -> Job:
     """Project one row for a per-project view: reap a dead worker's job, keep pct monotonic."""
     now = config.clock()
     held = rt.holds if rt is not None else (lambda _id: False)
     if not store.read_only:
-        row = recovery.maybe_reap(store, row, now, config, held)
+        row = recovery.maybe_reap(store, row, now, config, held, beats)
     job = project_row(row, now, config)
     floor = row.record.get("pct_floor")
     if (
@@ -238,10 +244,10 @@ def list_jobs(
     store, rt = _reader(as_project(project), config)
     if store is None:
         return []
-    return [
-        _read(store, row, rt, config)
-        for row in store.page(status=status, actor_id=actor, limit=limit)
-    ]
+    rows = store.page(status=status, actor_id=actor, limit=limit)
+    # Queued in-process jobs are alive while their owner beats: read the beats once.
+    beats = recovery.runner_beats(store) if any(map(recovery.owned_queued, rows)) else None
+    return [_read(store, row, rt, config, beats) for row in rows]
 
 
 def cancel_job(
