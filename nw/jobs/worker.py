@@ -304,6 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--secrets", default=None, metavar="MODULE:CALLABLE")
     parser.add_argument("--heartbeat-interval", type=float, default=None)
     parser.add_argument("--heartbeat-stale", type=float, default=None)
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long SIGTERM waits for running bodies (default 30)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -322,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["heartbeat_interval_s"] = args.heartbeat_interval
     if args.heartbeat_stale is not None:
         overrides["heartbeat_stale_s"] = args.heartbeat_stale
+    if args.shutdown_grace is not None:
+        overrides["shutdown_grace_s"] = args.shutdown_grace
     try:
         config = JobsConfig(**overrides)
         projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]

@@ -223,3 +223,15 @@ def test_a_crashed_retryable_job_is_retried_and_its_spend_adds_up(project, tmp_p
     assert ended.status == jobs.SUCCEEDED and ended.attempt == 2
     assert ended.cost.actual_usd == pytest.approx(0.5)
     assert jobs.spend(project, config=FAST)["actual_usd"] == pytest.approx(0.5)
+
+
+def test_sigterm_exits_after_the_grace_even_when_a_body_ignores_it(project):
+    job = jobs.enqueue(project, "t.stubborn", {"seconds": 60}, config=FAST)
+    worker = start_worker(project, extra=("--shutdown-grace", "0.5"))
+    try:
+        wait_until(lambda: jobs.get_job(project, job.job_id, config=FAST).status == jobs.RUNNING)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0  # a deadline well short of the body's 60 s
+    finally:
+        stop(worker)
+    assert jobs.get_job(project, job.job_id, config=FAST).status == jobs.QUEUED
