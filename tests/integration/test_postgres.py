@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 
 import psycopg
@@ -164,14 +163,12 @@ def test_an_enqueue_wakes_a_listening_worker_at_once(pg_url):
     listener = store.wake_listener("w-test")
     try:
         assert listener.wait(0.05) is False  # nothing queued: it times out
-        woke = []
-        t = threading.Thread(target=lambda: woke.append((listener.wait(5), time.monotonic())))
+        woke = []  # True only when woken: a wait that runs out answers False
+        t = threading.Thread(target=lambda: woke.append(listener.wait(5)))
         t.start()
-        time.sleep(0.1)
-        sent = time.monotonic()
         store.create(record(f"{1:064x}"), claimable=True)
         t.join()
-        assert woke[0][0] is True and woke[0][1] - sent < 1.0
+        assert woke == [True]
         store.create(record(f"{2:064x}"), claimable=False)  # not claimable: no wake
         assert listener.wait(0.1) is False
         store.wake_workers()  # the explicit hook
@@ -195,14 +192,12 @@ def test_one_listener_wakes_for_every_project_it_also_listens_on(pg_url, tmp_pat
         listener.also(SqliteJobStore(tmp_path / "jobs.sqlite3"))  # datagram wake: nothing to add
         assert listener.channels == (a.channel, b.channel)
         assert listener.wait(0.05) is False
-        woke = []
-        t = threading.Thread(target=lambda: woke.append((listener.wait(5), time.monotonic())))
+        woke = []  # True only when woken: a wait that runs out answers False
+        t = threading.Thread(target=lambda: woke.append(listener.wait(5)))
         t.start()
-        time.sleep(0.1)
-        sent = time.monotonic()
         b.create(record(f"{1:064x}"), claimable=True)  # an enqueue in project B
         t.join()
-        assert woke[0][0] is True and woke[0][1] - sent < 1.0
+        assert woke == [True]
         c.create(record(f"{1:064x}"), claimable=True)
         assert listener.wait(0.2) is False  # C is not one of its projects
         a.wake_workers()
