@@ -90,6 +90,14 @@ def _job_dict(job) -> dict[str, Any]:
     return to_dict(job)
 
 
+def _one_job(project, job_id: str, call: Callable[..., Any]) -> dict[str, Any]:
+    """``call(project, job_id)`` (get or cancel) as a dict; a missing job is a user error."""
+    job = call(project, job_id)
+    if job is None:
+        raise UserError(f"no job {job_id} in {project.root}")
+    return _job_dict(job)
+
+
 def _params(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -126,10 +134,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     project = _project(args)
     job_id = _resolve_id(project, args.id)
-    job = get_job(project, job_id)
-    if job is None:
-        raise UserError(f"no job {job_id} in {project.root}")
-    data = _job_dict(job)
+    data = _one_job(project, job_id, get_job)
     if args.json:
         _print_json(data)
         return EXIT_OK
@@ -145,10 +150,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     job_id = _resolve_id(project, args.id)
 
     def fetch() -> dict[str, Any]:
-        job = get_job(project, job_id)
-        if job is None:
-            raise UserError(f"no job {job_id} in {project.root}")
-        return _job_dict(job)
+        return _one_job(project, job_id, get_job)
 
     data = fetch()
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
@@ -231,10 +233,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     project = _project(args)
     job_id = _resolve_id(project, args.id)
-    job = cancel_job(project, job_id)
-    if job is None:
-        raise UserError(f"no job {job_id} in {project.root}")
-    data = _job_dict(job)
+    data = _one_job(project, job_id, cancel_job)
     if args.json:
         _print_json(data)
         return EXIT_OK
