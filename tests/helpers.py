@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -21,3 +28,50 @@ def wait_until(
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}: last={last!r}")
+
+
+REPO = str(Path(__file__).resolve().parents[1])
+
+#: Headless Debian chromium, as this machine allows it (no background networking).
+HEADLESS_CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+@contextmanager
+def python_process(script: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """Run ``script`` (dedented) in a new interpreter with the repo importable;
+    it is killed with SIGKILL when the block ends: the crash under test."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO, **(env or {})},
+    )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def json_values():
+    """Hypothesis: any JSON value (no NaN/inf), nested a little."""
+    from hypothesis import strategies as st
+
+    return st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=12,
+    )

@@ -33,18 +33,11 @@ from nw import Project  # noqa: E402
 from nw.demo import DEMO_CONFIG, DemoRun, frame, next_run_number, pipeline, run_demo  # noqa: E402
 from nw.jobs import JobCancelled, cancel_job, enqueue, get_job, to_dict  # noqa: E402
 from nw.jobs.runtime import shutdown_runtimes  # noqa: E402
-from tests.helpers import wait_until  # noqa: E402
+from tests.helpers import HEADLESS_CHROMIUM_FLAGS, wait_until  # noqa: E402
 
 WIDTH = 150
 CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
+    *HEADLESS_CHROMIUM_FLAGS,
     "--hide-scrollbars",
     "--disable-breakpad",
     "--disable-crash-reporter",

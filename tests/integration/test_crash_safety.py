@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 
 from nw import jobs
-from tests.helpers import wait_until
+from tests.helpers import python_process, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_kill_9_while_writing_leaves_every_record_whole(project):
-    script = textwrap.dedent(f"""
+    script = f"""
         from nw import jobs
         def body(project, params, *, on_event):
             for i in range(50):
@@ -27,19 +23,10 @@ def test_kill_9_while_writing_leaves_every_record_whole(project):
             i += 1
             if i == 20:
                 print("writing", flush=True)
-    """)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )
-    try:
+    """
+    with python_process(script) as proc:
         assert proc.stdout.readline().strip() == "writing"
         wait_until(lambda: len(jobs.summarize(project, limit=500)) > 60, what="writes under way")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
     listed = jobs.summarize(project, limit=10_000)
     assert len(listed) > 60
     seen = set()

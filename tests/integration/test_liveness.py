@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 
 from nw import jobs
-from tests.helpers import wait_until
+from tests.helpers import python_process, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,7 +39,7 @@ def test_a_running_job_beats_and_the_beat_stops_when_the_body_returns(project, c
 
 
 def test_a_job_whose_process_was_killed_is_reaped_on_read(project, cfg):
-    script = textwrap.dedent(f"""
+    script = f"""
         import sys, time
         from nw import jobs
         cfg = jobs.JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0, stale_running_s=2.0)
@@ -55,19 +51,10 @@ def test_a_job_whose_process_was_killed_is_reaped_on_read(project, cfg):
             time.sleep(0.01)
         print(job.job_id, flush=True)
         time.sleep(60)
-    """)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": ROOT, **_backend_env(cfg)},
-    )
-    try:
+    """
+    with python_process(script, _backend_env(cfg)) as proc:
         job_id = proc.stdout.readline().strip()
         assert jobs.get_job(project, job_id, config=cfg).status == jobs.RUNNING
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
     # summarize is read-only: it reports, it does not reap
     dead = wait_until(
         lambda: (j := jobs.summarize(project, config=cfg)[0]).worker_responsive is False and j,
@@ -126,7 +113,7 @@ def test_a_body_past_its_time_limit_is_reported_and_cancelled_when_allowed(proje
 
 
 def test_jobs_queued_in_a_process_that_died_do_not_wait_forever(project, cfg):
-    script = textwrap.dedent(f"""
+    script = f"""
         import time
         from nw import jobs
         cfg = jobs.JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0, max_concurrent=1)
@@ -138,19 +125,10 @@ def test_jobs_queued_in_a_process_that_died_do_not_wait_forever(project, cfg):
             time.sleep(0.01)
         print(first.job_id, second.job_id, flush=True)
         time.sleep(60)
-    """)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": ROOT, **_backend_env(cfg)},
-    )
-    try:
+    """
+    with python_process(script, _backend_env(cfg)) as proc:
         first, second = proc.stdout.readline().split()
         assert jobs.get_job(project, second, config=cfg).status == jobs.QUEUED
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
     for job_id in (first, second):
         ended = wait_until(
             lambda j=job_id: (x := jobs.get_job(project, j, config=cfg)).is_terminal and x,

@@ -5,16 +5,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nw.jobs import events, ids
+from tests import helpers
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-    max_leaves=12,
-)
+json_values = helpers.json_values()
 
 
 @given(st.dictionaries(st.text(), json_values, max_size=6))

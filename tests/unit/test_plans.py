@@ -15,16 +15,9 @@ from hypothesis import strategies as st
 
 from nw import plans
 from nw.plans import NonCanonicalPlan, PlanError, plan_hash
+from tests import helpers
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-    max_leaves=12,
-)
+json_values = helpers.json_values()
 
 
 def call(**over):

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from nw.jobs import JobCancelled, enqueue, get_job
-from tests.helpers import wait_until
+from tests.helpers import HEADLESS_CHROMIUM_FLAGS, wait_until
 
 pytestmark = pytest.mark.slow
 TOKEN = "browser-test-token"
@@ -49,14 +49,7 @@ def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *HEADLESS_CHROMIUM_FLAGS,
         "--disable-dev-shm-usage",
         "--window-size=1200,900",
         f"--user-data-dir={profile}",
