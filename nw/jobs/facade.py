@@ -116,8 +116,11 @@ def enqueue(
     if not isinstance(basis, str) or not basis:
         raise ValueError("idempotency_key must be a non-empty string")
     job_id = ids.job_id_for(proj.project_id, kind, basis)
-    existing = shared_store(proj, config, create=False)
-    quote.gate(existing, approved=approved, config=config, job_id=job_id)
+    # Refused before any store is created or opened for writing; checked again
+    # inside the create transaction (``admit``), where concurrent enqueues serialise.
+    quote.gate(
+        shared_store(proj, config, create=False), approved=approved, config=config, job_id=job_id
+    )
     rt = _runtime(proj, config) if fn is not None else None
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
     plan = eta.eta_plan(params, units, config)
@@ -140,12 +143,11 @@ def enqueue(
         runner="local" if fn is not None else "worker",
         max_attempts=max_attempts if retryable else 1,
         actor=_actor(actor),
+        retryable=retryable,
+        runner_id=rt.runner_id if rt is not None else None,  # who owns a local job
     )
-    record["retryable"] = retryable
-    if rt is not None:  # the process that holds the callable owns the queued job
-        record["runner_id"] = rt.runner_id
     admit = None
-    if config.budget_usd is not None:  # re-checked where concurrent enqueues serialise
+    if config.budget_usd is not None:
 
         def admit() -> None:
             quote.gate(store, approved=approved, config=config, job_id=job_id)
@@ -162,7 +164,6 @@ def enqueue(
             on_event=on_event,
             capture=capture,
             secrets=dict(secrets or {}),
-            retryable=retryable,
         )
         try:
             rt.submit(job_id, launch)

@@ -61,7 +61,11 @@ def new_record(
     runner: str,
     max_attempts: int,
     actor: dict[str, str] | None = None,
+    retryable: bool = False,
+    runner_id: str | None = None,
 ) -> dict[str, Any]:
+    """A queued job's record. ``runner`` is ``local`` (an in-process body owned
+    by the runner ``runner_id``) or ``worker`` (claimable by worker processes)."""
     return {
         "job_id": job_id,
         "kind": kind,
@@ -76,6 +80,8 @@ def new_record(
         "max_attempts": max_attempts,
         "cancel_requested": False,
         "runner": runner,
+        "runner_id": runner_id,
+        "retryable": retryable,
         "run_id": uuid.uuid4().hex,
         "actor": actor,
         "estimated_usd": estimated_usd,
