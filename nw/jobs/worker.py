@@ -76,8 +76,6 @@ class Worker:
         self._secrets = secrets
         self.stopping = threading.Event()
         self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._busy = 0
-        self._busy_lock = threading.Lock()
         self._last_claim = 0.0
         self._backlog = False
         self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -102,9 +100,7 @@ class Worker:
 
     # ----- bookkeeping -----------------------------------------------------------
     def _released(self, job_id: str) -> None:
-        with self._busy_lock:
-            self._busy -= 1
-        self._poke()
+        self._poke()  # a slot is free: claim again
 
     def _poke(self) -> None:
         """Wake our own loop (a slot freed, or we are stopping)."""
@@ -118,8 +114,8 @@ class Worker:
 
     @property
     def busy(self) -> int:
-        with self._busy_lock:
-            return self._busy
+        """Bodies held by this worker's runtimes (running, or handed to a pool)."""
+        return sum(rt.busy for rt in self.runtimes)
 
     # ----- the loop --------------------------------------------------------------
     def recover(self) -> list[str]:
@@ -174,8 +170,6 @@ class Worker:
 
     def _launch_safely(self, rt: Runtime, row: JobRow) -> None:
         """Launch one claimed job; whatever goes wrong fails that job, not the loop."""
-        with self._busy_lock:
-            self._busy += 1
         try:
             self._launch(rt, row)
         except Exception as exc:
