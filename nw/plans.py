@@ -17,32 +17,37 @@ This is also the shape ``falaw.plan_to_dict`` writes, and a live
 (falaw is never imported here; if the object is a falaw Plan, falaw is
 already loaded).
 
-Identity. Everything in a plan identifies it except the fields that only
-*describe* it: the cost fields (so re-pricing never moves a job's identity),
-plan-time cache status, labels (``metadata``) and catalogue-derived duration
-hints. The rule is "identity by default": an unknown field is identifying,
-so a plan can never be deduped under a key blind to something it carries.
-``backend`` identifies only when it is not the default ``"fal"``, and
-``key_extra`` / ``local_files`` only when non-empty, so the dict a person
-writes and the dict falaw writes for the same calls hash the same.
+Identity. A plan in falaw's shape (only the fields ``falaw.plan_to_dict``
+writes: ``schema`` and ``calls``, each call within ``FALAW_CALL_FIELDS``) is a
+falaw plan, and its ``plan_hash`` is ``falaw.plan_hash``'s, byte for byte:
+per call ``{app, args, tool}`` plus ``backend`` when not ``"fal"`` and
+``key_extra`` when non-empty, in ``nw.canonical.FALAW_FORM`` (so ``1`` and
+``1.0`` are different arguments there, as they are to falaw). A job's
+``idempotency_key`` is then the hash a falaw user computes.
 
-Canonical form: JSON with sorted keys and no whitespace; a number with an
-integral value is written as that exact integer (``1``, ``1.0`` and ``-0.0``
-are one number), any other finite number as the shortest decimal that
-round-trips its double; tuples are lists. A value with no such form — NaN,
-an infinity, a set, bytes, a non-string key, an arbitrary object — raises
-``NonCanonicalPlan``: a plan that cannot be identified is refused, never
-hashed under a weaker key.
+A plan that carries any other field is not a falaw plan (falaw would read it
+blind to that field) and keeps nw's vendor-neutral contract: everything
+identifies it except what only *describes* it (the cost fields, plan-time
+cache status, labels, duration hints); an unknown field is identifying, so a
+plan is never deduped under a key blind to something it carries; ``backend``
+identifies only when not ``"fal"``, ``key_extra`` / ``local_files`` only when
+non-empty. Its text is ``nw.canonical.PLAN_FORM``: sorted keys, no
+whitespace, a number with an integral value written as that integer.
+
+Either way a value with no canonical form (NaN, an infinity, a set, bytes, a
+non-string key, a cycle; in a falaw plan also a nested mapping that is not a
+``dict``, as falaw refuses) raises ``NonCanonicalPlan``: a plan that cannot
+be identified is refused, never hashed under a weaker key.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from nw import canonical
 
 FALAW_PLAN_SCHEMA = "falaw.plan/v1"
 """The ``schema`` tag ``falaw.plan_to_dict`` writes; absent means the same shape."""
@@ -60,6 +65,25 @@ DESCRIPTIVE_CALL_FIELDS = frozenset(
 )
 #: Plan-level fields that describe a plan without identifying it.
 DESCRIPTIVE_PLAN_FIELDS = frozenset({"schema", "estimated_cost_usd", "total_cost_usd"})
+#: Every call field ``falaw.plan_to_dict`` writes (falaw.plan/v1).
+FALAW_CALL_FIELDS = frozenset(
+    {
+        "tool",
+        "application",
+        "backend",
+        "arguments",
+        "output_kind",
+        "estimated_cost_usd",
+        "cache_status",
+        "expected_duration_s",
+        "expected_wall_time_s",
+        "metadata",
+        "key_extra",
+        "local_files",
+        "cost_basis",
+    }
+)
+FALAW_PLAN_FIELDS = frozenset({"schema", "calls"})
 _OMIT_WHEN_EMPTY = ("key_extra", "local_files")
 _REQUIRED_STR = ("tool", "application", "output_kind")
 
@@ -119,66 +143,77 @@ def read_plan(plan: Any) -> dict[str, Any]:
     return out
 
 
-def plan_identity(plan: Any) -> dict[str, Any]:
-    """The part of a plan that identifies it, in canonical form."""
+def is_falaw_form(plan: Mapping[str, Any]) -> bool:
+    """True when a read plan has only fields falaw's plan dict has (see the module doc)."""
+    return set(plan) <= FALAW_PLAN_FIELDS and all(
+        set(call) <= FALAW_CALL_FIELDS for call in plan["calls"]
+    )
+
+
+def plan_identity_json(plan: Any) -> str:
+    """The exact text ``plan_hash`` digests (see the module doc)."""
     read = read_plan(plan)
+    try:
+        if is_falaw_form(read):
+            return canonical.FALAW_FORM.dumps(_falaw_identity(read), "plan")
+        return canonical.PLAN_FORM.dumps(_neutral_identity(read), "plan")
+    except canonical.NotJson as exc:
+        raise NonCanonicalPlan(_call_path(exc.path), exc.what) from None
+
+
+def _falaw_identity(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """``falaw.canonical.plan_identity_payload`` of each call, in order."""
+    out = []
+    for i, call in enumerate(plan["calls"]):
+        payload = {"app": call["application"], "args": dict(call["arguments"])}
+        payload["tool"] = call["tool"]
+        backend = call.get("backend", DEFAULT_BACKEND)
+        if backend != DEFAULT_BACKEND:
+            payload["backend"] = backend
+        key_extra = call.get("key_extra")
+        if key_extra:
+            if not isinstance(key_extra, Mapping):
+                raise PlanError(f"plan.calls[{i}].key_extra must be a mapping")
+            payload["key_extra"] = dict(key_extra)
+        out.append(payload)
+    return out
+
+
+def _call_path(path: str) -> str:
+    """A path in the falaw payload (``plan[0].args.x``) named as in the plan."""
+    head, _, rest = path.partition("]")
+    if not head.startswith("plan[") or not head[5:].isdigit():
+        return path
+    for short, field in (("args", "arguments"), ("app", "application")):
+        if rest.startswith(f".{short}"):
+            rest = f".{field}{rest[len(short) + 1 :]}"
+    return f"plan.calls[{head[5:]}]{rest}"
+
+
+def _neutral_identity(plan: dict[str, Any]) -> dict[str, Any]:
+    """The part of a vendor-neutral plan that identifies it."""
     calls = []
-    for i, call in enumerate(read["calls"]):
+    for call in plan["calls"]:
         ident = {k: v for k, v in call.items() if k not in DESCRIPTIVE_CALL_FIELDS}
         if ident.get("backend", DEFAULT_BACKEND) == DEFAULT_BACKEND:
             ident.pop("backend", None)
         for name in _OMIT_WHEN_EMPTY:
             if name in ident and not ident[name]:
                 del ident[name]
-        calls.append(canonical(ident, f"plan.calls[{i}]"))
-    rest = {k: v for k, v in read.items() if k != "calls" and k not in DESCRIPTIVE_PLAN_FIELDS}
-    return {**canonical(rest, "plan"), "calls": calls}
+        calls.append(ident)
+    rest = {k: v for k, v in plan.items() if k != "calls" and k not in DESCRIPTIVE_PLAN_FIELDS}
+    return {**rest, "calls": calls}
 
 
 def plan_hash(plan: Any) -> str:
-    """A stable sha256 hex digest of the plan's identity (see the module doc).
+    """A stable sha256 hex digest of the plan's identity (see the module doc);
+    ``falaw.plan_hash``'s own for a falaw plan.
 
     >>> a = {"calls": [{"tool": "t", "application": "m", "output_kind": "image",
     ...                 "arguments": {"n": 1, "p": "x"}, "estimated_cost_usd": 0.1}]}
-    >>> b = {"calls": [{"arguments": {"p": "x", "n": 1.0}, "output_kind": "image",
+    >>> b = {"calls": [{"arguments": {"p": "x", "n": 1}, "output_kind": "video",
     ...                 "application": "m", "tool": "t"}]}
-    >>> plan_hash(a) == plan_hash(b)
+    >>> plan_hash(a) == plan_hash(b)  # falaw's identity: {app, args, tool}
     True
     """
-    return hashlib.sha256(canonical_json(plan_identity(plan)).encode()).hexdigest()
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, numbers in canonical form; strict (see ``canonical``)."""
-    return json.dumps(
-        canonical(value, "value"),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
-
-
-def canonical(value: Any, path: str) -> Any:
-    """``value`` with every number, string and container in canonical form, or
-    ``NonCanonicalPlan`` naming the first value that has none."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise NonCanonicalPlan(path, repr(float(value)))
-        return int(value) if value.is_integer() else float(value)
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise NonCanonicalPlan(f"{path}[{key!r}]", "a non-string key")
-            out[str.__str__(key)] = canonical(item, f"{path}.{key}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [canonical(item, f"{path}[{i}]") for i, item in enumerate(value)]
-    raise NonCanonicalPlan(path, f"a {type(value).__name__}")
+    return hashlib.sha256(plan_identity_json(plan).encode("utf-8")).hexdigest()

@@ -42,7 +42,6 @@ published tables when falaw is installed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -53,7 +52,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
-from nw import plans
+from nw import canonical, plans
 
 log = logging.getLogger("nw.pricing")
 RATE_TABLE_PRICER = "rate_table"
@@ -124,7 +123,7 @@ def parse_table(doc: Any, source: str = "<table>") -> RateTable:
             raise bad(f"{model!r}: usd must be a finite non-negative number, got {usd!r}")
         rates[model] = Rate(unit, float(usd))
     content = {"id": table_id, "as_of": as_of, "rates": {m: vars(r) for m, r in rates.items()}}
-    digest = hashlib.sha256(plans.canonical_json(content).encode()).hexdigest()[:16]
+    digest = canonical.PLAN_FORM.sha256(content)[:16]
     return RateTable(table_id, as_of, digest, rates, source)
 
 

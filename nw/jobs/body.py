@@ -21,6 +21,7 @@ from typing import Any
 
 from au import ComputationResult, ComputationStatus
 
+from nw.canonical import jsonable
 from nw.jobs import eta, events
 from nw.jobs.errors import JobCancelled, JobRefused, error_kind_of
 from nw.jobs.eta import observed_fraction
@@ -156,7 +157,7 @@ class EventSink:
                 if moved:
                     self._points.append((patch["progress_at"], observed_fraction(self._record)))
             if patch:  # what reaches the store never carries a secret
-                stored = redact_value(_jsonable(patch), self._secrets)
+                stored = redact_value(jsonable(patch), self._secrets)
                 self._store.patch(self._job_id, stored, attempt=self._attempt)
             beat = events.progress_beat(event, self._clock())
             if beat is not None:
@@ -181,21 +182,6 @@ class EventSink:
             points = list(self._points)
         span = finished - started
         return [[(t - started) / span, f] for t, f in points if f is not None and t >= started]
-
-
-def _jsonable(patch: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return check_json_params(patch)
-    except TypeError:
-        return {k: (v if _is_json(v) else repr(v)) for k, v in patch.items()}
-
-
-def _is_json(value: Any) -> bool:
-    try:
-        check_json_params({"v": value})
-        return True
-    except TypeError:
-        return False
 
 
 def run_attempt(
@@ -263,7 +249,7 @@ def run_attempt(
         return ComputationResult(None, ComputationStatus.CANCELLED, metadata=meta)
     fields |= {"error": message, "error_kind": kind}
     if isinstance(error, JobRefused):
-        fields["error_detail"] = redact_value(_jsonable({"d": error.detail})["d"], launch.secrets)
+        fields["error_detail"] = redact_value(jsonable({"d": error.detail})["d"], launch.secrets)
     if kind == "crashed" and not isinstance(error, Exception):
         log.warning("job %s body raised %s", job_id, type(error).__name__)
     elif kind == "crashed":

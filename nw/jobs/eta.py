@@ -196,7 +196,7 @@ def _positive_number(value: Any) -> bool:
 
 # ----- prediction ----------------------------------------------------------------
 def predict_total_s(
-    candidates: Sequence[str],
+    eta_candidates: Sequence[str],
     output_kind: str | None,
     *,
     durations: Mapping[str, Sequence[float]],
@@ -209,7 +209,7 @@ def predict_total_s(
         floor = config.cache_hit_floor_s
         return Prediction(floor, floor, "exact", None)
     scale = float(units or 1)
-    for key in candidates:
+    for key in eta_candidates:
         samples = _clean(durations.get(key) or (), config.sample_window_k)
         if len(samples) < config.n_min:
             continue

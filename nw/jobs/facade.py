@@ -222,8 +222,10 @@ def _read(
 def get_job(
     project: ProjectLike, job_id: str, *, config: JobsConfig = DEFAULT_CONFIG
 ) -> Job | None:
-    """One job, or None if unknown. Reaps a job whose worker is gone."""
-    ids.check_job_id(job_id)
+    """One job, or None if unknown (any string that cannot name a job is
+    unknown). Reaps a job whose worker is gone."""
+    if not _could_name_a_job(job_id):
+        return None
     store, rt = _reader(as_project(project), config)
     if store is None:
         return None
@@ -255,7 +257,8 @@ def cancel_job(
     project: ProjectLike, job_id: str, *, config: JobsConfig = DEFAULT_CONFIG
 ) -> Job | None:
     """Request cancellation; idempotent; None if unknown; a finished job is untouched."""
-    ids.check_job_id(job_id)
+    if not _could_name_a_job(job_id):
+        return None
     proj = as_project(project)
     store, rt = _reader(proj, config)
     if store is None:
@@ -344,8 +347,9 @@ def get_job_progress(
     limit: int = 200,
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> list[dict[str, Any]]:
-    """The job's progress trail (ts, pct, message, stage), oldest first."""
-    ids.check_job_id(job_id)
+    """The job's progress trail (ts, pct, message, stage), oldest first; empty if unknown."""
+    if not _could_name_a_job(job_id):
+        return []
     store, _ = _reader(as_project(project), config)
     return [] if store is None else store.progress(job_id, limit=_check_limit(limit))
 
@@ -389,6 +393,14 @@ def spend(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dict[
     store, _ = _reader(as_project(project), config)
     totals = store.spend() if store is not None else costing.NO_SPEND
     return costing.spend_view(totals, config)
+
+
+def _could_name_a_job(job_id: object) -> bool:
+    """False for a string that cannot be one of our ids: the seed's reads answer
+    "unknown" for it, and it never reaches a path, a store or SQL."""
+    if not isinstance(job_id, str):
+        raise TypeError(f"job_id must be a string, not {type(job_id).__name__}")
+    return ids.is_job_id(job_id)
 
 
 def _check_status(status: str | Status | None) -> str | None:

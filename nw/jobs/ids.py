@@ -1,4 +1,4 @@
-"""Identity: canonical JSON, params hashing, job ids and their validation.
+"""Identity: params hashing, job ids and their validation (JSON forms: nw.canonical).
 
 A job id is ``sha256(project_id : kind : basis)``: the basis is an explicit
 idempotency key, a plan hash, or the canonical hash of the params. Ids are
@@ -9,11 +9,11 @@ regular expression before it reaches any store.
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from nw import canonical
 
 _JOB_ID = re.compile(r"[0-9a-f]{64}")
 
@@ -42,55 +42,16 @@ def check_json_params(params: Any) -> dict[str, Any]:
     """A JSON-able dict of params, or ``TypeError`` naming the offending key."""
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict, not {type(params).__name__}")
-    for key, value in params.items():
-        if not isinstance(key, str):
-            raise TypeError(f"params key {key!r} is not a string")
-        path = _first_unjsonable(value, key)
-        if path is not None:
-            where, what = path
-            raise TypeError(f"params[{where}] is not JSON-serializable ({what})")
+    found = canonical.first_unjsonable(params, "params")
+    if found is not None:
+        where, what = found
+        raise TypeError(f"{where} is not JSON-serializable ({what})")
     return dict(params)
 
 
-def _first_unjsonable(value: Any, path: str) -> tuple[str, str] | None:
-    if value is None or isinstance(value, (str, bool, int)):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (repr(path), f"{value!r}")
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                return (f"{path!r}][{k!r}", "non-string key")
-            found = _first_unjsonable(v, f"{path}.{k}")
-            if found:
-                return found
-        return None
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            found = _first_unjsonable(v, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    return (repr(path), type(value).__name__)
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, integral floats written as ints."""
-    return json.dumps(_canon(value), sort_keys=True, separators=(",", ":"))
-
-
-def _canon(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {k: _canon(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canon(v) for v in value]
-    return value
-
-
 def params_hash(params: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(params).encode()).hexdigest()
+    """The job-id basis of params without a plan (``nw.canonical.ID_FORM``)."""
+    return canonical.ID_FORM.sha256(params, "params")
 
 
 def check_units(params: Mapping[str, Any]) -> int | None:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from au import ComputationResult, ComputationStatus, Middleware
@@ -89,14 +90,31 @@ def _valid_seconds(value: Any) -> bool:
 
 
 class DurationLearningMiddleware(Middleware):
+    """Two forms. The runtime's: ``record`` takes ``{key: seconds}`` and the
+    job's ETA fields come in ``result.metadata``. The seed's: ``durations`` is
+    any ``MutableMapping[str, list[float]]`` (a dict, a ``dol`` store) that
+    learns the newest ``config.sample_window_k`` samples per key, ``index``
+    maps a job id (the au key) to its record, read for the ETA fields a plain
+    au backend does not put in ``result.metadata``, and ``lock`` (optional)
+    guards the read-append-write of ``durations`` when it is shared.
+    """
+
     def __init__(
         self,
         *,
-        record: Callable[[dict[str, float]], None],
+        record: Callable[[dict[str, float]], None] | None = None,
+        durations: MutableMapping[str, list[float]] | None = None,
+        index: Mapping[str, Mapping[str, Any]] | None = None,
+        lock: AbstractContextManager[Any] | None = None,
         config: JobsConfig = DEFAULT_CONFIG,
         clock: Callable[[], float] = time.monotonic,
     ):
+        if (record is None) == (durations is None):
+            raise TypeError("DurationLearningMiddleware takes record= or durations=, exactly one")
+        if durations is not None:
+            record = _appender(durations, lock or threading.Lock(), config.sample_window_k)
         self._record = record
+        self._index = index
         self._config = config
         self._clock = clock
         self._lock = threading.Lock()
@@ -119,9 +137,32 @@ class DurationLearningMiddleware(Middleware):
         elapsed = self._stop(key)
         if elapsed is None or result.status is not ComputationStatus.COMPLETED:
             return
-        learned = samples_to_learn(result.metadata or {}, elapsed)
+        learned = samples_to_learn(self._meta(key, result), elapsed)
         if learned:
             self._record(learned)
 
     def on_error(self, key: str, error: Exception) -> None:
         self._stop(key)
+
+    def _meta(self, key: str, result: ComputationResult) -> Mapping[str, Any]:
+        """The job's ETA fields: the result's metadata, else its index record
+        (read now, so a ``cached`` flag mirrored during the run counts)."""
+        if result.metadata or self._index is None:
+            return result.metadata or {}
+        found = self._index.get(key)
+        return found if isinstance(found, Mapping) else {}
+
+
+def _appender(
+    durations: MutableMapping[str, list[float]], lock: AbstractContextManager[Any], window: int
+) -> Callable[[dict[str, float]], None]:
+    """``record`` for a plain mapping: read, append, keep the newest ``window``,
+    write back (a ``dol`` store hands out copies, so appending in place is lost)."""
+
+    def record(learned: dict[str, float]) -> None:
+        with lock:
+            for key, seconds in learned.items():
+                kept = list(durations.get(key) or ())
+                durations[key] = [*kept, seconds][-window:]
+
+    return record

@@ -56,11 +56,26 @@ def test_malformed_units_are_a_valueerror_in_enqueue_and_estimate(project, units
 
 
 @pytest.mark.parametrize(
-    "bad", ["../../etc/passwd", "a/b", "x" * 10_000, "ab\0cd", "", "A" * 64, 42, None]
+    "bad", ["../../etc/passwd", "a/b", "x" * 10_000, "ab\0cd", "", "A" * 64, "no-such-job"]
 )
-def test_an_id_from_outside_is_checked_before_any_store_sees_it(project, bad):
+def test_a_string_that_cannot_name_a_job_is_unknown_before_any_store_sees_it(
+    project, bad, monkeypatch
+):
+    from nw.jobs import facade
+
+    def no_store(*_args, **_kwargs):
+        raise AssertionError(f"the store was opened for {bad!r}")
+
+    monkeypatch.setattr(facade, "_reader", no_store)
+    assert jobs.get_job(project, bad) is None
+    assert jobs.cancel_job(project, bad) is None
+    assert jobs.get_job_progress(project, bad) == []
+
+
+@pytest.mark.parametrize("bad", [42, None, b"a" * 64])
+def test_a_job_id_that_is_not_a_string_is_a_typeerror(project, bad):
     for call in (jobs.get_job, jobs.cancel_job, jobs.get_job_progress):
-        with pytest.raises(ValueError, match="not a job id"):
+        with pytest.raises(TypeError, match="job_id must be a string"):
             call(project, bad)
 
 

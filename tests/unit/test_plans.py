@@ -1,4 +1,5 @@
-"""plan_hash: canonical, stable, blind to cost, and loud about what it cannot identify."""
+"""plan_hash: falaw's own for a falaw plan, canonical and blind to cost for any
+other, and loud about what it cannot identify."""
 
 from __future__ import annotations
 
@@ -31,7 +32,13 @@ def call(**over):
 
 
 def plan(*calls):
+    """A plan in falaw's shape: its identity is ``falaw.plan_hash``'s."""
     return {"calls": list(calls) or [call()]}
+
+
+def neutral(*calls):
+    """A plan with a field falaw does not know: nw's vendor-neutral identity."""
+    return {"calls": list(calls) or [call()], "planner": "tests"}
 
 
 def reordered(value):
@@ -60,24 +67,32 @@ def floats_for_integers(value):
 
 
 @given(st.dictionaries(st.text(), json_values, max_size=6))
-def test_key_order_and_number_spelling_never_move_the_hash(arguments):
-    given_plan = plan(call(arguments=arguments))
+def test_key_order_and_number_spelling_never_move_a_neutral_hash(arguments):
+    given_plan = neutral(call(arguments=arguments))
     assert plan_hash(given_plan) == plan_hash(reordered(given_plan))
     assert plan_hash(given_plan) == plan_hash(floats_for_integers(given_plan))
 
 
 @given(st.dictionaries(st.text(), json_values, max_size=6))
 def test_a_json_round_trip_keeps_the_hash(arguments):
-    given_plan = plan(call(arguments=arguments))
-    assert plan_hash(json.loads(json.dumps(given_plan))) == plan_hash(given_plan)
+    for given_plan in (plan(call(arguments=arguments)), neutral(call(arguments=arguments))):
+        assert plan_hash(json.loads(json.dumps(given_plan))) == plan_hash(given_plan)
 
 
 @pytest.mark.parametrize(
     ("a", "b"),
     [(1, 1.0), (0, -0.0), (2**60, float(2**60)), (1e300, int(1e300)), ([1, 2], (1, 2))],
 )
-def test_equal_numbers_in_different_forms_are_one_identity(a, b):
-    assert plan_hash(plan(call(arguments={"n": a}))) == plan_hash(plan(call(arguments={"n": b})))
+def test_equal_numbers_in_different_forms_are_one_neutral_identity(a, b):
+    assert plan_hash(neutral(call(arguments={"n": a}))) == plan_hash(
+        neutral(call(arguments={"n": b}))
+    )
+
+
+@pytest.mark.parametrize(("a", "b"), [(1, 1.0), (0, -0.0)])
+def test_in_a_falaw_plan_numbers_are_as_falaw_writes_them(a, b):
+    # falaw hashes json.dumps of the arguments as given, so 1 and 1.0 differ there
+    assert plan_hash(plan(call(arguments={"n": a}))) != plan_hash(plan(call(arguments={"n": b})))
 
 
 @pytest.mark.parametrize(
@@ -85,29 +100,43 @@ def test_equal_numbers_in_different_forms_are_one_identity(a, b):
     [(1, True), (0, False), (1, "1"), (1.5, 1.5000000001), (0, None), (2**53 + 1, 2**53)],
 )
 def test_different_values_are_different_identities(a, b):
-    assert plan_hash(plan(call(arguments={"n": a}))) != plan_hash(plan(call(arguments={"n": b})))
+    for form in (plan, neutral):
+        assert plan_hash(form(call(arguments={"n": a}))) != plan_hash(
+            form(call(arguments={"n": b}))
+        )
 
 
 def test_a_str_enum_is_its_string():
     class Size(StrEnum):
         SQUARE = "square"
 
-    assert plan_hash(plan(call(arguments={"size": Size.SQUARE}))) == plan_hash(
-        plan(call(arguments={"size": "square"}))
-    )
+    for form in (plan, neutral):
+        assert plan_hash(form(call(arguments={"size": Size.SQUARE}))) == plan_hash(
+            form(call(arguments={"size": "square"}))
+        )
 
 
-def test_the_hash_is_pinned_so_the_canonical_form_cannot_drift_silently():
+def test_the_hashes_are_pinned_so_the_canonical_forms_cannot_drift_silently():
     # Given a fixed plan, when it is hashed, then the digest is exactly this one:
     # a change here moves every stored job's identity and must be deliberate.
-    fixed = plan(call(arguments={"prompt": "a tiger", "n": 1.0, "ratio": 0.5, "é": [True, None]}))
-    canonical = (
+    arguments = {"prompt": "a tiger", "n": 1.0, "ratio": 0.5, "é": [True, None]}
+    fixed = neutral(call(arguments=arguments))
+    text = (
         '{"calls":[{"application":"fal-ai/flux/dev","arguments":{"n":1,"prompt":"a tiger",'
-        '"ratio":0.5,"é":[true,null]},"output_kind":"image","tool":"generate_image"}]}'
+        '"ratio":0.5,"é":[true,null]},"output_kind":"image","tool":"generate_image"}],'
+        '"planner":"tests"}'
     )
-    assert plans.canonical_json(plans.plan_identity(fixed)) == canonical
-    assert plan_hash(fixed) == hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-    assert plan_hash(fixed) == "88a01968ffa3e6dd17942ffd7302b6f7bc51aeed4533b2bf5c91813b00c6491a"
+    assert plans.plan_identity_json(fixed) == text
+    assert plan_hash(fixed) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # The same calls in falaw's shape: falaw's text, ASCII, spaced, 1.0 kept.
+    falaw_text = (
+        '[{"app": "fal-ai/flux/dev", "args": {"n": 1.0, "prompt": "a tiger", '
+        '"ratio": 0.5, "\\u00e9": [true, null]}, "tool": "generate_image"}]'
+    )
+    assert plans.plan_identity_json(plan(call(arguments=arguments))) == falaw_text
+    assert plan_hash(plan(call(arguments=arguments))) == (
+        hashlib.sha256(falaw_text.encode()).hexdigest()
+    )
 
 
 # ----- what identifies a plan and what only describes it -------------------------
@@ -129,6 +158,7 @@ def test_the_hash_is_pinned_so_the_canonical_form_cannot_drift_silently():
 )
 def test_cost_and_descriptive_fields_do_not_move_the_hash(described):
     assert plan_hash(plan(call(**described))) == plan_hash(plan(call()))
+    assert plan_hash(neutral(call(**described))) == plan_hash(neutral(call()))
 
 
 def test_repricing_a_plan_never_moves_its_identity():
@@ -154,14 +184,40 @@ def test_repricing_a_plan_never_moves_its_identity():
         {"an_unknown_field": 1},
     ],
 )
-def test_structural_changes_move_the_hash(changed):
+def test_structural_changes_move_a_neutral_hash(changed):
+    assert plan_hash(neutral(call(**changed))) != plan_hash(neutral(call()))
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"tool": "edit_image"},
+        {"application": "fal-ai/flux/schnell"},
+        {"arguments": {"prompt": "a tiger", "seed": 8, "strength": 0.5}},
+        {"backend": "comfyui"},
+        {"key_extra": {"impl_version": 2}},
+    ],
+)
+def test_what_falaw_hashes_moves_a_falaw_hash(changed):
     assert plan_hash(plan(call(**changed))) != plan_hash(plan(call()))
+
+
+@pytest.mark.parametrize("unhashed", [{"output_kind": "video"}, {"local_files": [["x"]]}])
+def test_what_falaw_does_not_hash_does_not_move_a_falaw_hash(unhashed):
+    assert plan_hash(plan(call(**unhashed))) == plan_hash(plan(call()))
+
+
+def test_a_field_falaw_does_not_know_makes_a_plan_neutral():
+    assert plans.is_falaw_form(plan()) and not plans.is_falaw_form(neutral())
+    assert not plans.is_falaw_form(plan(call(an_unknown_field=1)))
+    assert plan_hash(plan(call(an_unknown_field=1))) != plan_hash(plan(call()))
 
 
 def test_call_order_and_count_are_identity():
     a, b = call(), call(tool="image_to_video", output_kind="video")
-    assert plan_hash(plan(a, b)) != plan_hash(plan(b, a))
-    assert plan_hash(plan(a)) != plan_hash(plan(a, a))
+    for form in (plan, neutral):
+        assert plan_hash(form(a, b)) != plan_hash(form(b, a))
+        assert plan_hash(form(a)) != plan_hash(form(a, a))
 
 
 # ----- refusal -------------------------------------------------------------------
@@ -179,11 +235,12 @@ def test_call_order_and_count_are_identity():
     ],
 )
 def test_a_value_without_a_canonical_form_is_refused_naming_where(value, named):
-    bad = plan(call(arguments={"ok": 1, "deep": {"list": [0, value]}}))
-    with pytest.raises(NonCanonicalPlan, match=named) as err:
-        plan_hash(bad)
-    assert err.value.path.startswith("plan.calls[0].arguments.deep.list[1]")
-    assert isinstance(err.value, PlanError) and isinstance(err.value, TypeError)
+    for form in (plan, neutral):
+        bad = form(call(arguments={"ok": 1, "deep": {"list": [0, value]}}))
+        with pytest.raises(NonCanonicalPlan, match=named) as err:
+            plan_hash(bad)
+        assert err.value.path.startswith("plan.calls[0].arguments.deep.list[1]")
+        assert isinstance(err.value, PlanError) and isinstance(err.value, TypeError)
 
 
 @pytest.mark.parametrize(
@@ -257,12 +314,13 @@ def test_a_falaw_plan_hashes_the_same_as_its_dict_forms(falaw):
             {
                 "tool": "image_to_video",
                 "application": "fal-ai/kling-video/v2.1/standard/image-to-video",
-                "arguments": {"image_url": "<from 0>", "duration": 5},
+                "arguments": {"image_url": "<from 0>", "duration": 5.0},
                 "output_kind": "video",
             },
         ]
     }
     assert plan_hash(live) == plan_hash(as_dict) == plan_hash(stored) == plan_hash(handwritten)
+    assert plan_hash(live) == falaw.plan_hash(live)
     assert plans.as_plan_dict(live) == as_dict
 
 
@@ -290,3 +348,88 @@ def test_a_falaw_cost_basis_and_price_do_not_move_the_hash(falaw):
         ),
     )
     assert plan_hash(other) != plan_hash(live)
+
+
+# ----- byte-for-byte falaw.plan_hash (property tests against the installed falaw) --
+
+placeholders = st.integers(min_value=0, max_value=9).map(lambda n: f"<from {n}>")
+argument_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+    | placeholders,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+names = st.text(min_size=1, max_size=12)
+arguments = st.dictionaries(st.text(max_size=8), argument_values, max_size=5)
+
+
+@st.composite
+def falaw_calls(draw, falaw):
+    return falaw.CallPlan(
+        tool=draw(names),
+        application=draw(names),
+        backend=draw(st.sampled_from(["fal", "comfyui"]) | names),
+        arguments=draw(arguments),
+        output_kind=draw(st.sampled_from(["image", "video", "audio"])),
+        estimated_cost_usd=draw(st.none() | st.floats(min_value=0, max_value=10)),
+        cache_status=draw(st.sampled_from(["unknown", "hit", "miss"])),
+        metadata=draw(st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2)),
+        key_extra=draw(st.dictionaries(st.text(max_size=5), argument_values, max_size=2)),
+    )
+
+
+@given(data=st.data())
+def test_every_plan_falaw_hashes_hashes_the_same_in_nw(data):
+    falaw = pytest.importorskip("falaw")
+    live = falaw.Plan(calls=tuple(data.draw(st.lists(falaw_calls(falaw), max_size=4))))
+    expected = falaw.plan_hash(live)
+    as_dict = falaw.plan_to_dict(live)
+    stored = json.loads(json.dumps(as_dict))
+    assert plan_hash(live) == expected
+    assert plan_hash(as_dict) == expected
+    assert plan_hash(stored) == falaw.plan_hash(falaw.plan_from_dict(stored)) == expected
+
+
+bad_values = st.sampled_from(
+    [float("nan"), float("inf"), -float("inf"), {1, 2}, b"x", object(), {1: "a"}]
+) | st.just("ok")
+
+
+@given(value=bad_values, nested=st.booleans())
+def test_nw_refuses_exactly_what_falaw_refuses(value, nested):
+    falaw = pytest.importorskip("falaw")
+    from types import MappingProxyType
+
+    args = {"x": [0, {"deep": value}]} if nested else {"x": value}
+    for given_args in (args, {"x": MappingProxyType({"y": value})}):
+        live = falaw.Plan(
+            calls=(
+                falaw.CallPlan(
+                    tool="t", application="m", arguments=given_args, output_kind="image"
+                ),
+            )
+        )
+        try:
+            expected = falaw.plan_hash(live)
+        except falaw.FalNonCanonicalArgument:
+            expected = None
+        if expected is None:
+            with pytest.raises(NonCanonicalPlan):
+                plan_hash(live)
+        else:
+            assert plan_hash(live) == expected
+
+
+def test_the_falaw_fields_nw_knows_are_falaws(falaw):
+    import dataclasses
+
+    assert {f.name for f in dataclasses.fields(falaw.CallPlan)} == plans.FALAW_CALL_FIELDS
+    assert set(falaw.plan_to_dict(falaw.Plan(calls=()))) == plans.FALAW_PLAN_FIELDS

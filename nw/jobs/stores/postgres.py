@@ -42,7 +42,6 @@ Concurrency, in one statement per transition where possible:
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import uuid
@@ -54,6 +53,7 @@ import psycopg
 from au import ComputationResult, ComputationStatus
 from psycopg.types.json import Jsonb
 
+from nw.canonical import stored_json
 from nw.jobs.errors import JobStoreError
 from nw.jobs.records import JobRow
 from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, carry_over, split_record
@@ -359,7 +359,7 @@ def _scalar(cur: psycopg.Cursor) -> Any:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return stored_json(value)
 
 
 def _jsonb(value: Any) -> Jsonb:

@@ -28,6 +28,7 @@ from typing import Any
 
 from au import ComputationResult, ComputationStatus
 
+from nw.canonical import stored_json
 from nw.jobs.errors import JobStoreError
 from nw.jobs.model import ACTIVE_STATUSES
 from nw.jobs.records import JobRow, unreadable_record
@@ -62,7 +63,7 @@ _JOB_STATUS = (
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return stored_json(value)
 
 
 class SqliteJobStore(JobStore):
