@@ -192,10 +192,10 @@ def test_enqueue_stores_the_same_requoted_figure_estimate_gives(project, config,
     assert jobs.get_job(project, job.job_id, config=today).cost.estimated_usd == expected
 
 
-def test_the_same_plan_in_any_spelling_is_one_job(project, config, gate):
+def test_the_same_plan_reordered_or_repriced_is_one_job(project, config, gate):
     plan = video_plan(4, config.rates_path)
     respelled = json.loads(json.dumps(plan))
-    respelled["calls"][0]["arguments"] = {"duration": 4.0, "prompt": "a tiger"}
+    respelled["calls"][0]["arguments"] = {"duration": 4, "prompt": "a tiger"}
     respelled["calls"][0]["estimated_cost_usd"] = 99.0
     respelled["calls"][0]["cost_basis"]["table_version"] = "older"
     a = jobs.enqueue(project, "r", {"plan": plan}, dispatch={"r": gate}, config=config)
