@@ -97,7 +97,7 @@ def stage_text(job: Mapping[str, Any]) -> str:
     if name:
         parts.append(str(name))
     if isinstance(index, int) and isinstance(count, int) and count > 0:
-        parts.append(f"{index}/{count}")
+        parts.append(f"{index} of {count} done")  # stage_index = stages finished
     return " · ".join(parts) or "—"
 
 

@@ -56,7 +56,8 @@ def simulated_render(
 ) -> dict[str, Any]:
     """A render body driven by its params' ``sim`` block: stages, sleeps, a cost.
 
-    It reports each stage (``stage_index`` = stages done), checks for a cancel
+    It reports each stage as it starts with ``stage_index`` = stages finished
+    (the 0-based index of the stage now starting), checks for a cancel
     at every boundary, and ends the way ``sim`` says: a result with its cost,
     a cache hit, or a refusal.
     """

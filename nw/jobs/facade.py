@@ -17,7 +17,7 @@ from typing import Any
 from au import ComputationStatus
 from au.base import ComputationBackend
 
-from nw.jobs import costing, eta, ids, kinds, recovery
+from nw.jobs import costing, credentials, eta, ids, kinds, recovery
 from nw.jobs.body import Launch
 from nw.jobs.costing import quote_for
 from nw.jobs.model import ACTIVE_STATUSES, DEFAULT_CONFIG, Job, JobsConfig, Status
@@ -83,7 +83,12 @@ def enqueue(
     """Enqueue a render as a background job; returns at once with the job.
 
     The body runs on this process's bounded pool when ``dispatch`` has the
-    kind, else in a worker process when the kind is registered. A live job
+    kind, else in a worker process when the kind is registered. It reports
+    progress with ``on_event({"stage_index": i, "stage_count": n})``, where
+    ``i`` is the number of stages finished (the 0-based index of the stage now
+    starting). A fal key bound where this is called
+    (``falaw.using_fal_credentials``) is bound around an in-process body too,
+    and an explicit ``secrets["fal"]`` inside it. A live job
     with the same idempotency key is returned instead of a second one.
 
     With ``params["plan"]`` the job's key is the plan's ``nw.plans.plan_hash``
@@ -154,16 +159,21 @@ def enqueue(
 
     # Called before anything is written: a hook that fails leaves no job behind.
     capture = capture_context() if (capture_context is not None and fn is not None) else None
+    # The caller's fal key, read on its thread: the body's pool thread cannot see it.
+    ambient = credentials.ambient_fal_key() if fn is not None else None
     row, created = store.create(record, claimable=fn is None, admit=admit)
     if not created and _dead_duplicate(store, row, rt, config):
         row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
+        held = dict(secrets or {})
+        if ambient and credentials.FAL not in held:
+            held[credentials.FAL] = ambient  # so it is redacted like any secret
         launch = Launch(
             fn=fn,
             project=proj,
             on_event=on_event,
-            capture=capture,
-            secrets=dict(secrets or {}),
+            capture=credentials.around_body(ambient, secrets, capture),
+            secrets=held,
         )
         try:
             rt.submit(job_id, launch)

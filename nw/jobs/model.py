@@ -154,7 +154,12 @@ DEFAULT_CONFIG = JobsConfig()
 
 @dataclass(frozen=True)
 class JobProgress:
+    """What the body last reported about its progress."""
+
     stage_index: int | None = None
+    """Stages finished: the 0-based index of the stage now starting (so
+    ``stage_count`` once the last has finished). The ETA reads
+    ``stage_index / stage_count`` as the share of the work done."""
     stage_count: int | None = None
     current_transform: str | None = None
     fraction: float | None = None

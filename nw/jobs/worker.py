@@ -14,7 +14,8 @@ to stop at their next boundary (their jobs go back to the queue), wait up to
 
 Secrets come from this process, never from the store: environment variables
 ``NW_SECRET_<NAME>`` become ``secrets["<name>"]``, or ``--secrets
-module:callable`` (called with the kind and params) provides them.
+module:callable`` (called with the kind and params) provides them; a
+``"fal"`` secret is also bound as the body's fal credential (credentials.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 
 from au import ComputationStatus
 
-from nw.jobs import events, kinds, recovery
+from nw.jobs import credentials, events, kinds, recovery
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.records import JobRow
@@ -211,6 +212,7 @@ class Worker:
         launch = Launch(
             fn=fn,
             project=_project_of(rt, self),
+            capture=credentials.around_body(None, secrets),
             secrets=secrets,
             retryable=spec.retryable,
             stopping=self.stopping,

@@ -68,9 +68,9 @@ def test_stage_and_plain_line():
         "progress": {"stage_index": 1, "stage_count": 3, "current_transform": "render"},
         "cost": {"actual_usd": 0.1, "actual_is_lower_bound": True},
     }
-    assert stage_text(job) == "render · 1/3"
+    assert stage_text(job) == "render · 1 of 3 done"
     assert plain_line(job) == (
-        "aaaaaaaaaaaa | Panel 1 | running | 33% | ~2.0s left (observed) | stage render · 1/3"
+        "aaaaaaaaaaaa | Panel 1 | running | 33% | ~2.0s left (observed) | stage render · 1 of 3 done"
         " | cost ≥ $0.10"
     )
 

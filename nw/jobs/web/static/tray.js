@@ -56,7 +56,7 @@ function stageOf(job) {
   const parts = [];
   if (p.current_transform) parts.push(p.current_transform);
   if (Number.isInteger(p.stage_index) && Number.isInteger(p.stage_count) && p.stage_count > 0) {
-    parts.push(`${p.stage_index}/${p.stage_count}`);
+    parts.push(`${p.stage_index} of ${p.stage_count} done`);  // stage_index = stages finished
   }
   return parts.join(" · ");
 }
