@@ -3,9 +3,10 @@
 An event is mirrored field by field: the stage fields (``index`` and
 ``transform`` are accepted aliases; the canonical name wins when both are
 given; ``stage_index`` is the number of stages finished, i.e. the 0-based
-index of the stage now starting), a ``cache_hit`` marks the job cached, costs travel with their honesty
-flag, an artifact id is kept, and a provider request id is remembered so a
-retried attempt can resume instead of paying again.
+index of the stage now starting), a ``cache_hit`` marks the job cached,
+costs travel with their honesty flag, an artifact id is kept, and a
+provider request id is remembered so a retried attempt can resume instead of
+paying again.
 """
 
 from __future__ import annotations

@@ -70,8 +70,8 @@ def test_stage_and_plain_line():
     }
     assert stage_text(job) == "render · 1 of 3 done"
     assert plain_line(job) == (
-        "aaaaaaaaaaaa | Panel 1 | running | 33% | ~2.0s left (observed) | stage render · 1 of 3 done"
-        " | cost ≥ $0.10"
+        "aaaaaaaaaaaa | Panel 1 | running | 33% | ~2.0s left (observed)"
+        " | stage render · 1 of 3 done | cost ≥ $0.10"
     )
 
 
