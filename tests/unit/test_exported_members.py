@@ -50,6 +50,7 @@ def test_all_is_exactly_the_public_surface():
     submodules = {
         "body",
         "costing",
+        "credentials",
         "errors",
         "eta",
         "events",
