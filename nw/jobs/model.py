@@ -42,7 +42,9 @@ ERROR_KIND_REFUSED = "refused"
 ERROR_KIND_CANCELLED = "cancelled"
 ERROR_KIND_CRASHED = "crashed"
 
-REAPED_REASON = "worker died — resumable"
+REAPED_REASON = "worker lost"
+"""Every reaped job's error starts with this; the rest says what became of it
+("worker lost; retrying as attempt 2", "worker lost; no attempts left")."""
 UNREADABLE_RECORD_REASON = "the job's stored record is unreadable"
 UNREADABLE_PLAN_REASON = (
     "params['plan'] could not be read as a plan, so its cost cannot be quoted; "

@@ -52,7 +52,7 @@ def grade(status: Status, *, error: str | None, error_kind: str | None, result: 
     if status == SUCCEEDED:
         return "warning" if _is_empty(result) else "ok"
     if status == CANCELLED:
-        return "error" if error == REAPED_REASON else "notice"
+        return "error" if (error or "").startswith(REAPED_REASON) else "notice"
     if status == FAILED:
         return "warning" if error_kind == ERROR_KIND_REFUSED else "error"
     return None

@@ -59,6 +59,7 @@ def test_all_is_exactly_the_public_surface():
         "learning",
         "liveness",
         "model",
+        "outcome",
         "records",
         "recovery",
         "runtime",

@@ -36,10 +36,10 @@ def test_an_unknown_au_status_is_an_error():
         (Status.SUCCEEDED, None, None, {}, "warning"),
         (Status.SUCCEEDED, None, None, None, "warning"),
         (Status.CANCELLED, "cancelled by user", "cancelled", None, "notice"),
-        (Status.CANCELLED, REAPED_REASON, "cancelled", None, "error"),
+        (Status.CANCELLED, f"{REAPED_REASON} before the body stopped", "cancelled", None, "error"),
         (Status.FAILED, "no song", "refused", None, "warning"),
         (Status.FAILED, "boom", "crashed", None, "error"),
-        (Status.FAILED, REAPED_REASON, "crashed", None, "error"),
+        (Status.FAILED, f"{REAPED_REASON}; no attempts left", "crashed", None, "error"),
         (Status.RUNNING, None, None, None, None),
     ],
 )
