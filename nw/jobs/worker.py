@@ -278,6 +278,8 @@ class Worker:
         row = rt.store.get(job_id)
         if row is None or row.status.value != "running":
             return 0
+        if row.record.get("runner_id") != self.runner_id:  # reaped and taken by another
+            return 0
         now = self.config.clock()
         decided = outcome.decide(
             outcome.Ending(outcome.Ended.STOPPED, now),
