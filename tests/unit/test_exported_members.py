@@ -67,6 +67,7 @@ def test_all_is_exactly_the_public_surface():
         "stores",
         "wake",
         "web",
+        "worker",
     }
     assert public - submodules - EXPECTED == set()
 
