@@ -239,7 +239,7 @@ def run_attempt(
         record,
         outcome.RetryPolicy.of(rec, config, retryable=launch.retryable),
         now=now,
-        cancel_requested=_cancel_requested(store, job_id, launch),
+        cancel_requested=_cancel_requested(store, job_id, launch, returned=error is None),
     )
     if error is not None and ending.error_kind == ERROR_KIND_CRASHED:
         if isinstance(error, Exception):
@@ -322,9 +322,16 @@ def _written(ok: bool, job_id: str, attempt: int) -> None:
         )
 
 
-def _cancel_requested(store: JobStore, job_id: str, launch: Launch) -> bool:
+def _cancel_requested(store: JobStore, job_id: str, launch: Launch, returned: bool) -> bool:
+    """A success is written on what the attempt knows (its flag, set by the cancel
+    probe and the heartbeat): one more read per job cost the PostgreSQL drain a
+    third of its rate, and the read side reads a later request from the same
+    flag (``status.cancelled_error``). A failure asks the store: it decides
+    between a retry and the end."""
     if launch.cancel.is_set():
         return True
+    if returned:
+        return False
     row = store.get(job_id)
     return row is None or bool(row.record.get("cancel_requested"))
 

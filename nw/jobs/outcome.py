@@ -45,6 +45,7 @@ from nw.jobs.model import (
     JobsConfig,
 )
 from nw.jobs.records import attempt_in_run
+from nw.jobs.status import CANCELLED_AFTER_RETURN
 from nw.jobs.stores.base import JobStore
 
 
@@ -182,7 +183,7 @@ def _failed(ending: Ending, message: str, kind: str = ERROR_KIND_CRASHED) -> Out
 
 
 _CANCELLED_BECAUSE = {
-    Ended.RETURNED: "cancelled on request; the body had already finished its work",
+    Ended.RETURNED: CANCELLED_AFTER_RETURN,
     Ended.STOPPED: "cancelled on request; stopped as its worker shut down",
     Ended.LOST: f"{REAPED_REASON} before the body stopped; cancelled on request",
     Ended.ORPHANED: "cancelled on request before it started",

@@ -11,6 +11,7 @@ from nw.jobs.body import Launch, run_attempt
 from nw.jobs.model import JobsConfig
 from nw.jobs.outcome import backoff_delay
 from nw.jobs.records import attempt_in_run
+from nw.jobs.records import project as project_row
 
 ID = "b" * 64
 
@@ -78,7 +79,7 @@ def test_a_refusal_keeps_its_detail_and_hides_secrets(store, claimed, config):
     assert got.record["error_detail"] == {"key": "***"}
 
 
-@pytest.mark.parametrize("stops", ["returns", "raises"])
+@pytest.mark.parametrize("stops", ["raises", "looked-and-returned", "returned-without-looking"])
 def test_a_body_cancelled_on_request_ends_cancelled_however_it_stops(
     store, clock, claimed, config, stops
 ):
@@ -86,15 +87,20 @@ def test_a_body_cancelled_on_request_ends_cancelled_however_it_stops(
 
     def body(project, params, *, should_cancel):
         store.request_cancel(ID, now=clock.now)  # a person, from another process
+        if stops == "returned-without-looking":
+            return {"rendered": True}
+        assert should_cancel()
         if stops == "raises":
-            assert should_cancel()
             raise JobCancelled("stopped at a boundary")
-        return {"rendered": True}  # never looked
+        return {"rendered": True}
 
     run_attempt(store, row, Launch(fn=body, project=None), config)
     got = store.get(ID)
-    assert got.status.value == "cancelled" and got.record["error_kind"] == "cancelled"
-    assert got.record["error"].startswith("cancelled on request")
+    job = project_row(got, clock.now, config)
+    assert job.status == "cancelled" and job.error_kind == "cancelled"
+    assert job.error.startswith("cancelled on request")
+    if stops != "returned-without-looking":  # what the attempt knew, it wrote
+        assert got.record["error_kind"] == "cancelled"
 
 
 def test_a_body_stopped_by_a_shutdown_goes_back_without_spending_an_attempt(
