@@ -22,12 +22,12 @@ from typing import Any
 from au import ComputationResult, ComputationStatus
 
 from nw.canonical import jsonable
-from nw.jobs import eta, events
+from nw.jobs import eta, events, outcome
 from nw.jobs.errors import JobCancelled, JobRefused, error_kind_of
 from nw.jobs.eta import observed_fraction
 from nw.jobs.ids import check_json_params
-from nw.jobs.model import ERROR_KIND_CANCELLED, JobsConfig
-from nw.jobs.records import JobRow, attempt_in_run, retries_left
+from nw.jobs.model import ERROR_KIND_CRASHED, JobsConfig
+from nw.jobs.records import JobRow
 from nw.jobs.stores.base import JobStore
 
 log = logging.getLogger("nw.jobs")
@@ -96,6 +96,8 @@ class Launch:
     timeout_s: float | None = None
     cancel_on_timeout: bool = False
     overdue: bool = False
+    decided: outcome.Outcome | None = None
+    """How the attempt's end was decided (set when it is written)."""
 
 
 class CancelProbe:
@@ -209,77 +211,59 @@ def run_attempt(
     except BaseException as exc:  # a body must never leave its job RUNNING
         error = exc
     record = sink.record
-    fields: dict[str, Any] = {"finished_at": config.clock()}
+    now = config.clock()
     meta = {
         "eta_candidates": record.get("eta_candidates"),
         "output_kind": record.get("output_kind"),
         "units": record.get("units"),
         "cached": bool(record.get("cached")),
-        "progress": sink.progress_points(rec.get("started_at"), fields["finished_at"]),
+        "progress": sink.progress_points(rec.get("started_at"), now),
     }
-    if error is None:
-        fields |= events.result_patch(record, value)
-        meta["cached"] = meta["cached"] or bool(fields.get("cached"))
-        fields |= {"error": None, "error_kind": None}
-        _written(
-            store.finish(
-                job_id,
-                au_status=ComputationStatus.COMPLETED,
-                result=value,
-                error=None,
-                fields=fields,
-                attempt=attempt,
-            ),
-            job_id,
-            attempt,
-        )
+    ending = _ending(error, value, record, launch, now)
+    decided = outcome.decide(
+        ending,
+        record,
+        outcome.RetryPolicy.of(rec, config, retryable=launch.retryable),
+        now=now,
+        cancel_requested=_cancel_requested(store, job_id, launch, returned=error is None),
+    )
+    if error is not None and ending.error_kind == ERROR_KIND_CRASHED:
+        if isinstance(error, Exception):
+            log.error("job %s crashed: %s (%s)", job_id, ending.message, decided.note)
+        else:
+            log.warning("job %s body raised %s", job_id, type(error).__name__)
+    _written(outcome.write(store, job_id, attempt, decided, value), job_id, attempt)
+    launch.decided = decided
+    if decided.au_status is ComputationStatus.COMPLETED and error is None:
+        meta["cached"] = meta["cached"] or bool(ending.fields.get("cached"))
         return ComputationResult(value, ComputationStatus.COMPLETED, metadata=meta)
-    kind = error_kind_of(error)
-    message = redact(_describe(error), launch.secrets)
-    stopping = launch.stopping is not None and launch.stopping.is_set()
-    if stopping and not _cancel_requested(store, job_id, launch):
-        # Stopped for a shutdown, not by a person: resumable by the next worker.
-        ok = store.requeue(
-            job_id,
-            fields={"error": None, "error_kind": None, **events.carry_cost(record)},
-            not_before=config.clock(),
-            attempt=attempt,
-        )
-        _written(ok, job_id, attempt)
+    if decided.requeued and ending.how is outcome.Ended.STOPPED:
         return ComputationResult(None, ComputationStatus.CANCELLED, metadata=meta)
-    fields |= {"error": message, "error_kind": kind}
-    if isinstance(error, JobRefused):
-        fields["error_detail"] = redact_value(jsonable({"d": error.detail})["d"], launch.secrets)
-    if kind == "crashed" and not isinstance(error, Exception):
-        log.warning("job %s body raised %s", job_id, type(error).__name__)
-    elif kind == "crashed":
-        log.error("job %s crashed: %s", job_id, message)
-    retry = launch.retryable and kind == "crashed" and retries_left({**rec, "retryable": True})
-    if retry and not _cancel_requested(store, job_id, launch):
-        delay = retry_delay(max(attempt_in_run(rec), 1), config)
-        fields.pop("finished_at")
-        fields |= events.carry_cost(record)
-        ok = store.requeue(
-            job_id, fields=fields, not_before=config.clock() + delay, attempt=attempt
-        )
-    else:
-        au_status = (
-            ComputationStatus.CANCELLED
-            if kind == ERROR_KIND_CANCELLED
-            else ComputationStatus.FAILED
-        )
-        ok = store.finish(
-            job_id,
-            au_status=au_status,
-            result=None,
-            error=message,
-            fields=fields,
-            attempt=attempt,
-        )
-    _written(ok, job_id, attempt)
+    message = decided.error or ending.message or "stopped"
     return ComputationResult(
         None, ComputationStatus.FAILED, error=RuntimeError(message), metadata=meta
     )
+
+
+def _ending(
+    error: BaseException | None,
+    value: Any,
+    record: dict[str, Any],
+    launch: Launch,
+    now: float,
+) -> outcome.Ending:
+    """What the body did, as the outcome policy reads it."""
+    if error is None:
+        fields = events.result_patch(record, value)
+        return outcome.Ending(outcome.Ended.RETURNED, now, fields=fields)
+    kind = error_kind_of(error)
+    fields = {}
+    if isinstance(error, JobRefused):
+        fields["error_detail"] = redact_value(jsonable({"d": error.detail})["d"], launch.secrets)
+    stopping = launch.stopping is not None and launch.stopping.is_set()
+    how = outcome.Ended.STOPPED if stopping else outcome.Ended.RAISED
+    message = redact(_describe(error), launch.secrets)
+    return outcome.Ending(how, now, error_kind=kind, message=message, fields=fields)
 
 
 _PER_ATTEMPT = (
@@ -289,10 +273,11 @@ _PER_ATTEMPT = (
 
 
 def _fresh_attempt(store: JobStore, row: JobRow) -> JobRow:
-    """A retried attempt starts clean: no error while running, progress from zero."""
+    """A retried (or resumed after a stop) attempt starts clean: no error while
+    running, progress from zero. A first attempt has nothing to clear."""
     rec = row.record
     stale = {name: None for name in _PER_ATTEMPT if rec.get(name) is not None}
-    if attempt_in_run(rec) <= 1 or not stale:
+    if not stale:
         return row
     store.patch(rec["job_id"], stale, attempt=rec["attempt"])
     return JobRow({**rec, **stale}, row.au_status, row.result, row.error)
@@ -323,9 +308,16 @@ def _written(ok: bool, job_id: str, attempt: int) -> None:
         )
 
 
-def _cancel_requested(store: JobStore, job_id: str, launch: Launch) -> bool:
+def _cancel_requested(store: JobStore, job_id: str, launch: Launch, returned: bool) -> bool:
+    """A success is written on what the attempt knows (its flag, set by the cancel
+    probe and the heartbeat): one more read per job cost the PostgreSQL drain a
+    third of its rate, and the read side reads a later request from the same
+    flag (``status.cancelled_error``). A failure asks the store: it decides
+    between a retry and the end."""
     if launch.cancel.is_set():
         return True
+    if returned:
+        return False
     row = store.get(job_id)
     return row is None or bool(row.record.get("cancel_requested"))
 
@@ -335,11 +327,3 @@ def _describe(error: BaseException) -> str:
         return str(error) or ("cancelled" if isinstance(error, JobCancelled) else "refused")
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def retry_delay(attempt: int, config: JobsConfig) -> float:
-    """Exponential backoff, jittered: uniform in [half, all] of base * 2**(attempt-1)."""
-    import random
-
-    ceiling = config.retry_backoff_s * (2 ** max(attempt - 1, 0))
-    return ceiling / 2 + random.random() * ceiling / 2

@@ -1,76 +1,11 @@
 """ETA: the key ladder, the prediction, and the per-read projection (pure, numpy).
 
-Keys, most specific first: ``model|operation|bucket`` (bucket from the output
-duration ``duration_s`` and ``dur_buckets_s``), ``model|operation``, then the
-coarse ``output_kind`` key, which means seconds *per unit*. ``model`` may come
-as ``application``, ``operation`` as ``tool``. A job declaring ``units = N >
-1`` gets ``|xN`` on its specific keys (what the learner writes where is in
-``learning.py``).
-
-Prediction (``predict_total_s``): the first key with ``n_min`` samples wins
-(``learned``; ``learned_coarse`` for the per-unit coarse key, scaled by
-units), else the prior for the output kind (``prior``, scaled by units: the UI
-says ``estimating…``); an all-cache-hit plan is ``cache_hit_floor_s``,
-``exact``. p90 is the real percentile once a key has ``p90_min_samples``, else
-p50 * ``overrun_factor``.
-
-Drift (chosen by measurement): a key's samples are read in log space, newest
-last, and two things make the answer follow a change in the service:
-
-* a *change detector*: the split of the window that maximises the robust z of
-  the difference in mean log-duration between the older and the newer part
-  (newer part >= 2 samples, older >= 3; scale = 1.4826 * MAD of the
-  within-part residuals). Above ``change_z`` the older part is re-levelled by
-  the difference of the parts' medians: the level comes from the recent runs,
-  the spread still from the whole window;
-* *recency weights* ``0.5 ** (age / recency_half_life)`` on the quantiles,
-  for ramps too gradual for the detector.
-
-Quantiles use Weibull plotting positions (cumulative weight / (total + 1)),
-so an unweighted p90 is the rank-0.9(n+1) value, which a new run beats 10% of
-the time rather than the 14% of numpy's default interpolation (at n = 20).
-
-Why both, measured by misc/bench/eta_accuracy.py (one sigma-0.25 key, 20
-steady runs, then a x2 step; median error of p50 three runs later): window
-median 49%, recency alone (half-life 4) 30%, detector 15%, detector +
-half-life 8 14%. On its trace (a x1.3 slow-down, below what the detector sees
-on keys this noisy) the first 8 runs per key after it are off the true median
-by 18.8% / 11.2% / 15.2% / 13.4%, and steady keys by 5.2% / 7.4% / 5.7% /
-6.4%. Recency alone follows small drifts best but costs 40% precision on a
-steady key and is slow on big steps; the detector is fast on steps and free
-when nothing moved; the long half-life buys most of the small-drift gain and
-keeps p90 coverage at ~93%.
-
-Projection (``project_eta``), one read of a running job, in log space:
-
-* history: log T ~ N(ln p50, s_h) with s_h = ln(p90 / p50) / z90;
-* progress: when the render reports ``fraction`` (or ``stage_index`` stages of
-  ``stage_count`` done: the convention is *stages finished*, i.e. the 0-based
-  index of the stage now starting), the observed-rate total is R = t_f / u(f):
-  t_f is the elapsed time when that report arrived (``progress_at``; now if
-  unknown), u(f) the share of its time a render of this key has really spent
-  when it reports f. u is learned (``progress_curve``: per tenth of reported
-  progress, the median of time share / f over past runs, stored in the
-  record at enqueue as ``eta_progress``), so a bar that runs ahead of the
-  clock or stages of unequal length are read for what they mean; unlearned,
-  u(f) = f. For stage reports the next stage has not been reported yet, so R
-  is at least elapsed / u((stage_index + 1) / stage_count). Its log-sd s_o is
-  the learned spread of u across runs, shrunk toward ``progress_noise`` *
-  sqrt((1 - f) / f) while few runs stand behind it: wide early, zero at the end;
-* the rule: precision-weighted blend, ln T = (ln p50 / s_h^2 + ln R / s_o^2) /
-  (1 / s_h^2 + 1 / s_o^2). The weight on R grows with f and is larger for a
-  volatile key than a steady one, so the ETA converges on the observed rate as
-  the job advances. A never-seen key (``prior``) takes R outright, with
-  confidence ``observed``, instead of a cold 30-second prior;
-* overrun: the projected total is the median of that distribution *given that
-  the job has not finished yet* (elapsed e): exp(mu + s * Phi^-1((1 + Phi(z_e))
-  / 2)). It is p50 at the start, q75 once e reaches p50 and q95 once e reaches
-  p90, so past p50 the remaining time stays honest instead of hitting 0 while
-  pct sits at 99; past p90 the label says the job is taking longer than usual.
-
-``pct`` is elapsed / projected total, capped at ``pct_ceil`` (100 only on
-success), floored by the persisted ``pct_floor`` so it never goes backwards,
-and None while the confidence is ``prior``.
+This module owns how long a job is expected to take and how far along it is:
+the ETA keys of a job (``sample_keys``), ``predict_total_s`` (p50, p90 and a
+confidence from a key's learned durations, or a prior), the prediction fields
+a record carries, learned progress curves, and ``project_eta`` (one read of a
+running job: remaining time, ``pct``, label hint). The mathematics, and the
+measurements behind its choices, are in ``misc/eta.md``.
 """
 
 from __future__ import annotations

@@ -42,7 +42,9 @@ ERROR_KIND_REFUSED = "refused"
 ERROR_KIND_CANCELLED = "cancelled"
 ERROR_KIND_CRASHED = "crashed"
 
-REAPED_REASON = "worker died — resumable"
+REAPED_REASON = "worker lost"
+"""Every reaped job's error starts with this; the rest says what became of it
+("worker lost; retrying as attempt 2", "worker lost; no attempts left")."""
 UNREADABLE_RECORD_REASON = "the job's stored record is unreadable"
 UNREADABLE_PLAN_REASON = (
     "params['plan'] could not be read as a plan, so its cost cannot be quoted; "
@@ -77,13 +79,13 @@ class JobsConfig:
     """Samples a key needs for a real p90; with fewer, p90 = p50 * overrun_factor."""
     recency_half_life: float | None = 8.0
     """Age (in samples) at which a duration sample weighs half the newest; None: equal
-    weights. Follows slow drift; steps are the change detector's job (see eta.py)."""
+    weights. Follows slow drift; steps are the change detector's job (see misc/eta.md)."""
     change_z: float | None = 3.5
     """Robust z a level shift in a key's recent log-durations must exceed before the
-    older samples are re-levelled to it; None: no change detection (see eta.py)."""
+    older samples are re-levelled to it; None: no change detection (see misc/eta.md)."""
     progress_noise: float = 0.3
     """Log-sd of the rate-based total (elapsed / fraction) at half progress; scales as
-    sqrt((1 - f) / f). Smaller trusts reported progress sooner (see eta.py)."""
+    sqrt((1 - f) / f). Smaller trusts reported progress sooner (see misc/eta.md)."""
 
     # --- liveness ---
     stale_running_s: float = 900.0

@@ -24,7 +24,7 @@ from nw.jobs.model import (
     JobsConfig,
     Status,
 )
-from nw.jobs.status import grade, job_status
+from nw.jobs.status import cancelled_error, grade, job_status
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,7 @@ def project(row: JobRow, now: float, config: JobsConfig) -> Job:
     error_kind = rec.get("error_kind")
     if status.value == "succeeded":
         error, error_kind = None, None
+    error, error_kind = cancelled_error(status, error, error_kind)
     return Job(
         job_id=rec["job_id"],
         kind=rec.get("kind", "unknown"),

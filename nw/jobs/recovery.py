@@ -1,60 +1,63 @@
 """Closing jobs whose worker is gone: the one place a reap is written.
 
 Used on read by the facade (``get_job``/``list_jobs``), at worker boot and by
-the worker's periodic reaper. The decision is ``liveness.should_reap``; the
-write is fenced by the attempt that was seen, so a reap never overwrites a
-job that moved on meanwhile. A cancelling job ends cancelled; a retryable
-job with attempts left goes back to the queue; anything else ends FAILED
-with ``REAPED_REASON``.
+the worker's periodic reaper. Whether a job is dead is ``liveness.should_reap``;
+what becomes of it (cancelled, back in the queue, failed; and the words that
+say so) is ``outcome.decide``. The write is fenced by the attempt that was
+seen, so a reap never overwrites a job that moved on meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from au import ComputationStatus
-
-from nw.jobs import events, liveness
-from nw.jobs.body import retry_delay
-from nw.jobs.model import ACTIVE_STATUSES, REAPED_REASON, JobsConfig
-from nw.jobs.records import JobRow, attempt_in_run, retries_left
+from nw.jobs import liveness, outcome
+from nw.jobs.model import ACTIVE_STATUSES, JobsConfig
+from nw.jobs.records import JobRow
 from nw.jobs.stores.base import JobStore
 
 log = logging.getLogger("nw.jobs")
 
 
-def reap(store: JobStore, row: JobRow, now: float, config: JobsConfig) -> bool:
-    """Close (or requeue) one job known to need it; True if this call wrote."""
+def reap(
+    store: JobStore,
+    row: JobRow,
+    now: float,
+    config: JobsConfig,
+    owner_beat_at: float | None = None,
+) -> bool:
+    """Close (or requeue) one job known to need it; True if this call wrote.
+    ``owner_beat_at``: for a job queued in-process, its owner's last beat."""
     rec = row.record
     job_id, attempt = rec["job_id"], rec.get("attempt")
     status = row.status.value
-    if status == "queued" and rec.get("runner") == "local":
-        log.warning("job %s: the process that queued it is gone", job_id)
-    elif status == "cancelling":
-        return _close(store, rec, now, ComputationStatus.CANCELLED, "cancelled")
-    elif retries_left(rec):
-        log.warning("job %s: worker lost, retrying (attempt %s)", job_id, attempt)
-        return store.requeue(
-            job_id,
-            fields={"error": REAPED_REASON, "error_kind": "crashed", **events.carry_cost(rec)},
-            not_before=now + retry_delay(max(attempt_in_run(rec), 1), config),
-            attempt=attempt,
-        )
-    else:
-        log.warning("job %s: worker lost, failing it", job_id)
-    return _close(store, rec, now, ComputationStatus.FAILED, "crashed")
-
-
-def _close(store: JobStore, rec: dict, now: float, au_status: ComputationStatus, kind: str) -> bool:
-    return store.finish(
-        rec["job_id"],
-        au_status=au_status,
-        result=None,
-        error=REAPED_REASON,
-        fields={"finished_at": now, "error": REAPED_REASON, "error_kind": kind},
-        attempt=rec.get("attempt"),
+    orphaned = status == "queued" and rec.get("runner") == "local"
+    ending = outcome.Ending(
+        outcome.Ended.ORPHANED if orphaned else outcome.Ended.LOST,
+        last_sign_of_life(rec, now, owner_beat_at),
     )
+    decided = outcome.decide(
+        ending,
+        rec,
+        outcome.RetryPolicy.of(rec, config),
+        now=now,
+        cancel_requested=status == "cancelling",
+    )
+    log.warning("job %s (attempt %s): %s", job_id, attempt, decided.note)
+    return outcome.write(store, job_id, attempt, decided)
+
+
+def last_sign_of_life(rec: Mapping[str, Any], now: float, owner_beat_at: float | None) -> float:
+    """When the job was last known alive: its last heartbeat (or its start, or, for
+    a job that never started, its owner's last beat); never later than ``now``."""
+    seen = [
+        float(t)
+        for t in (rec.get("heartbeat_at"), rec.get("started_at"), owner_beat_at)
+        if isinstance(t, (int, float))
+    ]
+    return min(max(seen), now) if seen else now
 
 
 def owned_queued(row: JobRow) -> bool:
@@ -72,12 +75,7 @@ def _owner_beat(store: JobStore, row: JobRow, beats: dict[str, float] | None) ->
 
 
 def _dead(
-    store: JobStore,
-    row: JobRow,
-    now: float,
-    config: JobsConfig,
-    held: bool,
-    beats: dict[str, float] | None = None,
+    row: JobRow, now: float, config: JobsConfig, held: bool, owner_beat_at: float | None
 ) -> bool:
     return liveness.should_reap(
         row.status.value,
@@ -85,7 +83,7 @@ def _dead(
         now,
         config,
         held_here=held,
-        owner_beat_at=_owner_beat(store, row, beats),
+        owner_beat_at=owner_beat_at,
     )
 
 
@@ -102,9 +100,10 @@ def maybe_reap(
     job_id = row.record["job_id"]
     if row.status not in ACTIVE_STATUSES:
         return row
-    if not _dead(store, row, now, config, held_here(job_id), beats):
+    owner_beat_at = _owner_beat(store, row, beats)
+    if not _dead(row, now, config, held_here(job_id), owner_beat_at):
         return row
-    reap(store, row, now, config)
+    reap(store, row, now, config, owner_beat_at)
     return store.get(job_id) or row
 
 
@@ -120,6 +119,8 @@ def reap_stale(
     beats = runner_beats(store)
     for row in store.live():
         held = held_here(row.record["job_id"])
-        if _dead(store, row, now, config, held, beats) and reap(store, row, now, config):
+        owner_beat_at = _owner_beat(store, row, beats)
+        dead = _dead(row, now, config, held, owner_beat_at)
+        if dead and reap(store, row, now, config, owner_beat_at):
             reaped.append(row.record["job_id"])
     return reaped

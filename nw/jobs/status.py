@@ -14,6 +14,7 @@ from typing import Any
 from nw.jobs.model import (
     CANCELLED,
     CANCELLING,
+    ERROR_KIND_CANCELLED,
     ERROR_KIND_REFUSED,
     FAILED,
     QUEUED,
@@ -42,6 +43,25 @@ def job_status(au_status: str, *, cancel_requested: bool, finished: bool) -> Sta
         raise ValueError(f"unknown au status {au_status!r}") from None
 
 
+CANCELLED_AFTER_RETURN = "cancelled on request; the body had already finished its work"
+
+
+def cancelled_error(
+    status: Status, error: str | None, error_kind: str | None
+) -> tuple[str | None, str | None]:
+    """(error, error_kind) as a job reads: every cancelled job has error_kind
+    ``cancelled`` (the seed). The outcome policy writes it whenever the attempt
+    knew of the request; a request that landed after the attempt's last look
+    (its body returned and the success was written without another read, which
+    would cost every job a round trip) is read here, from the same flag that
+    makes the status cancelled."""
+    if status != CANCELLED or error_kind == ERROR_KIND_CANCELLED:
+        return error, error_kind
+    return (f"cancelled on request; {error}" if error else CANCELLED_AFTER_RETURN), (
+        ERROR_KIND_CANCELLED
+    )
+
+
 def grade(status: Status, *, error: str | None, error_kind: str | None, result: Any) -> str | None:
     """Severity of a finished job: ``ok`` / ``notice`` / ``warning`` / ``error``.
 
@@ -52,7 +72,7 @@ def grade(status: Status, *, error: str | None, error_kind: str | None, result: 
     if status == SUCCEEDED:
         return "warning" if _is_empty(result) else "ok"
     if status == CANCELLED:
-        return "error" if error == REAPED_REASON else "notice"
+        return "error" if (error or "").startswith(REAPED_REASON) else "notice"
     if status == FAILED:
         return "warning" if error_kind == ERROR_KIND_REFUSED else "error"
     return None

@@ -36,7 +36,7 @@ from typing import Any
 
 from au import ComputationStatus
 
-from nw.jobs import credentials, events, kinds, recovery
+from nw.jobs import credentials, kinds, outcome, recovery
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.records import JobRow
@@ -82,6 +82,10 @@ class Worker:
         self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._poker.setblocking(False)
         self.runtimes: list[Runtime] = []
+        self._launches: dict[str, Launch] = {}
+        self.stopped_back = 0
+        self._count_lock = threading.Lock()
+        """Jobs whose body stopped for the shutdown and went back to the queue."""
         self._listener = None
         for project in self.projects:
             store = open_store(project, config, create=True)
@@ -101,6 +105,11 @@ class Worker:
 
     # ----- bookkeeping -----------------------------------------------------------
     def _released(self, job_id: str) -> None:
+        launch = self._launches.pop(job_id, None)
+        decided = launch.decided if launch is not None else None
+        if decided is not None and decided.requeued and self.stopping.is_set():
+            with self._count_lock:  # pool threads release concurrently
+                self.stopped_back += 1  # stopped at a boundary, put back in the queue
         self._poke()  # a slot is free: claim again
 
     def _poke(self) -> None:
@@ -219,6 +228,7 @@ class Worker:
             timeout_s=spec.timeout_s,
             cancel_on_timeout=spec.cancel_on_timeout,
         )
+        self._launches[rec["job_id"]] = launch
         rt.run_claimed(row, launch)
 
     def run(self) -> int:
@@ -250,25 +260,37 @@ class Worker:
         leftover = 0
         for rt in self.runtimes:
             for job_id in rt.held():  # still running after the grace: put them back
-                row = rt.store.get(job_id)
-                if row is not None and row.status.value == "running":
-                    rt.store.requeue(
-                        job_id,
-                        fields=events.carry_cost(row.record),
-                        not_before=self.config.clock(),
-                        attempt=row.record["attempt"],
-                    )
-                    leftover += 1
+                leftover += self._put_back(rt, job_id)
             rt.close(wait=False)
         if self._listener is not None:
             self._listener.close()
         self._poker.close()
         log.info(
-            "worker %s stopped (%d job(s) requeued after the grace period)",
+            "worker %s stopped: %d job(s) requeued (%d stopped at a boundary,"
+            " %d still running after the grace period)",
             self.runner_id,
+            self.stopped_back + leftover,
+            self.stopped_back,
             leftover,
         )
         return 0
+
+    def _put_back(self, rt: Runtime, job_id: str) -> int:
+        """Requeue a job whose body outlived the grace period (1 if written)."""
+        row = rt.store.get(job_id)
+        if row is None or row.status.value != "running":
+            return 0
+        if row.record.get("runner_id") != self.runner_id:  # reaped and taken by another
+            return 0
+        now = self.config.clock()
+        decided = outcome.decide(
+            outcome.Ending(outcome.Ended.STOPPED, now),
+            row.record,
+            outcome.RetryPolicy.of(row.record, self.config),
+            now=now,
+            cancel_requested=False,
+        )
+        return int(outcome.write(rt.store, job_id, row.record["attempt"], decided))
 
     def stop(self, *_: Any) -> None:
         self.stopping.set()

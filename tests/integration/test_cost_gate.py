@@ -568,3 +568,28 @@ def test_a_job_cancelled_before_it_started_does_not_make_spend_a_lower_bound(pro
     view = jobs.spend(project, config=one)
     assert view["actual_usd"] == 0.2
     assert view["is_lower_bound"] is False
+
+
+def test_re_running_a_job_keeps_what_earlier_runs_spent(project, cfg):
+    def paid(project, params):
+        return {"cost_usd_actual": 4.0, "has_unknown_costs": False}
+
+    for run in (1, 2):
+        job = jobs.enqueue(project, "r", {}, dispatch={"r": paid}, config=cfg)
+        done = wait_until(
+            lambda j=job: (x := jobs.get_job(project, j.job_id, config=cfg)).is_terminal and x
+        )
+        assert done.cost.actual_usd == 4.0 and done.attempt == 1  # this run's own figures
+        assert jobs.spend(project, config=cfg)["actual_usd"] == pytest.approx(4.0 * run)
+
+
+def test_a_budget_cannot_be_bypassed_by_re_running_one_key(project, cfg):
+    capped = jobs.JobsConfig(budget_usd=5.0, database_url=cfg.database_url)
+
+    def paid(project, params):
+        return {"cost_usd_actual": 4.0, "has_unknown_costs": False}
+
+    job = jobs.enqueue(project, "r", {"estimated_usd": 4.0}, dispatch={"r": paid}, config=capped)
+    wait_until(lambda: jobs.get_job(project, job.job_id, config=capped).is_terminal)
+    with pytest.raises(jobs.BudgetExceeded):
+        jobs.enqueue(project, "r", {"estimated_usd": 4.0}, dispatch={"r": paid}, config=capped)

@@ -251,3 +251,19 @@ def test_the_eta_is_predicted_again_when_a_queued_job_starts(project, gate):
     )
     second_gate.release.set()
     wait_until(lambda: jobs.get_job(project, blocker.job_id, config=one).is_terminal)
+
+
+def test_a_capture_hook_that_fails_leaves_no_job_behind(project, cfg):
+    def broken_hook():
+        raise RuntimeError("no request context")
+
+    with pytest.raises(RuntimeError, match="no request context"):
+        jobs.enqueue(
+            project,
+            "r",
+            {},
+            dispatch={"r": lambda p, q: {"ok": 1}},
+            capture_context=broken_hook,
+            config=cfg,
+        )
+    assert jobs.list_jobs(project, config=cfg) == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 from nw import jobs
+from nw.jobs import recovery
+from nw.jobs.stores import shared_store
 from tests.helpers import python_process, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,7 +65,8 @@ def test_a_job_whose_process_was_killed_is_reaped_on_read(project, cfg):
     assert dead.status == jobs.RUNNING
     reaped = jobs.get_job(project, job_id, config=cfg)
     assert reaped.status == jobs.FAILED
-    assert reaped.error == jobs.REAPED_REASON and reaped.error_kind == "crashed"
+    assert reaped.error == "worker lost; its kind is not retried"
+    assert reaped.error_kind == "crashed"
     assert reaped.grade == "error"
 
 
@@ -134,4 +137,21 @@ def test_jobs_queued_in_a_process_that_died_do_not_wait_forever(project, cfg):
             lambda j=job_id: (x := jobs.get_job(project, j, config=cfg)).is_terminal and x,
             what="the orphaned job to be closed",
         )
-        assert ended.status == jobs.FAILED and ended.error == jobs.REAPED_REASON
+        assert ended.status == jobs.FAILED and ended.error.startswith(jobs.REAPED_REASON)
+
+
+def test_a_workers_reaper_leaves_a_live_processs_queued_jobs_alone(project, cfg, gate):
+    one = jobs.JobsConfig(
+        max_concurrent=1,
+        heartbeat_interval_s=0.2,
+        heartbeat_stale_s=1.0,
+        database_url=cfg.database_url,
+    )
+    jobs.enqueue(project, "b", {}, dispatch={"b": gate}, config=one)
+    assert gate.started.wait(5)
+    waiting = jobs.enqueue(project, "r", {"n": 2}, dispatch={"r": gate}, config=one)
+    store = shared_store(project, one, create=False)
+    # a worker process holds none of this process's jobs
+    reaped = recovery.reap_stale(store, one.clock(), one, held_here=lambda _id: False)
+    assert reaped == []
+    assert jobs.get_job(project, waiting.job_id, config=one).status == jobs.QUEUED

@@ -73,3 +73,18 @@ def test_actor_is_recorded_and_filters_views(project, cfg):
     assert [j.job_id for j in jobs.summarize(project, actor="u1", config=cfg)] == [mine.job_id]
     snap = jobs.snapshot([project], actor="u1", config=cfg)
     assert [j["job_id"] for j in snap["active"] + snap["recent"]] == [mine.job_id]
+
+
+def test_snapshot_counts_every_live_job_however_deep_the_history(project, cfg):
+    jobs.register_kind("t.later", "tests.fixtures.bodies:noop")
+    waiting = jobs.enqueue(project, "t.later", {"i": 0}, config=cfg)  # no worker: stays queued
+    ok = {"r": lambda p, q: {"ok": 1}}
+    for i in range(100):
+        jobs.enqueue(project, "r", {"i": i}, dispatch=ok, config=cfg)
+    wait_until(
+        lambda: len(jobs.list_jobs(project, status="succeeded", limit=200, config=cfg)) == 100
+    )
+    snap = jobs.snapshot([project], active_limit=5, recent_limit=3, config=cfg)
+    assert snap["active_count"] == 1
+    assert [j["job_id"] for j in snap["active"]] == [waiting.job_id]
+    assert len(snap["recent"]) == 3

@@ -116,7 +116,8 @@ def test_a_paused_worker_cannot_overwrite_the_attempt_that_replaced_it(project, 
 
 def test_sigterm_drains_and_leaves_the_job_resumable(project, tmp_path):
     job = jobs.enqueue(project, "t.sleepy", {"seconds": 30}, config=FAST)
-    worker = start_worker(project)
+    log = tmp_path / "worker.log"
+    worker = start_worker(project, log_path=log, extra=("--log-level", "INFO"))
     try:
         wait_until(lambda: jobs.get_job(project, job.job_id, config=FAST).status == jobs.RUNNING)
         worker.send_signal(signal.SIGTERM)
@@ -125,6 +126,8 @@ def test_sigterm_drains_and_leaves_the_job_resumable(project, tmp_path):
         stop(worker)
     back = jobs.get_job(project, job.job_id, config=FAST)
     assert back.status == jobs.QUEUED and back.error is None
+    assert back.attempt == 0  # a graceful stop gives its attempt back
+    assert "stopped: 1 job(s) requeued (1 stopped at a boundary" in log.read_text()
 
 
 def test_cross_process_cancel_of_running_and_of_queued_jobs(project, tmp_path):
@@ -225,9 +228,11 @@ def test_a_crashed_retryable_job_is_retried_and_its_spend_adds_up(project, tmp_p
     assert jobs.spend(project, config=FAST)["actual_usd"] == pytest.approx(0.5)
 
 
-def test_sigterm_exits_after_the_grace_even_when_a_body_ignores_it(project):
+def test_sigterm_exits_after_the_grace_even_when_a_body_ignores_it(project, tmp_path):
     job = jobs.enqueue(project, "t.stubborn", {"seconds": 60}, config=FAST)
-    worker = start_worker(project, extra=("--shutdown-grace", "0.5"))
+    log = tmp_path / "worker.log"
+    extra = ("--shutdown-grace", "0.5", "--log-level", "INFO")
+    worker = start_worker(project, log_path=log, extra=extra)
     try:
         wait_until(lambda: jobs.get_job(project, job.job_id, config=FAST).status == jobs.RUNNING)
         worker.send_signal(signal.SIGTERM)
@@ -235,3 +240,4 @@ def test_sigterm_exits_after_the_grace_even_when_a_body_ignores_it(project):
     finally:
         stop(worker)
     assert jobs.get_job(project, job.job_id, config=FAST).status == jobs.QUEUED
+    assert "1 job(s) requeued (0 stopped at a boundary, 1 still running" in log.read_text()

@@ -381,3 +381,8 @@ def test_config_rejects_nonsense_eta_knobs():
     ):
         with pytest.raises(ValueError):
             JobsConfig(**bad)
+
+
+def test_predict_total_s_answers_the_documented_triple():
+    p50, p90, confidence = predict_total_s(["m|o"], "video", durations={"m|o": [4, 5, 6]})
+    assert (p50, confidence) == (pytest.approx(5.0, rel=0.1), "learned") and p90 >= p50

@@ -60,6 +60,7 @@ def test_all_is_exactly_the_public_surface():
         "learning",
         "liveness",
         "model",
+        "outcome",
         "records",
         "recovery",
         "runtime",
@@ -67,6 +68,7 @@ def test_all_is_exactly_the_public_surface():
         "stores",
         "wake",
         "web",
+        "worker",
     }
     assert public - submodules - EXPECTED == set()
 

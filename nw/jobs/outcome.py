@@ -1,0 +1,227 @@
+"""How an attempt ended, and what that makes of its job: the one outcome and retry policy.
+
+``decide`` is pure: what ended (an ``Ending``), the job's record as the
+attempt knew it, the kind's ``RetryPolicy``, whether a person asked to cancel,
+and the clock -> an ``Outcome``: finish with an au status, or go back to the
+queue due at a time, with the record fields to write either way. ``write`` is
+the one place an outcome reaches a store (fenced by the attempt). The body
+runner (a body returned or raised), the reaper (a worker stopped beating) and
+a stopping worker (SIGTERM) only describe what happened; none of them chooses
+between "retry" and "fail" itself.
+
+The rules, in the spirit of dramatiq's ``Retries`` middleware (a per-kind
+attempt budget, exponential backoff with jitter, only some endings retried):
+
+* A cancel request wins over everything: the job ends cancelled, and every
+  cancelled job has ``error_kind == "cancelled"`` whatever its body did; its
+  ``error`` says what happened.
+* A refusal is the body's verdict: failed, never retried.
+* A crash, or a lost worker, is retried while the kind is retryable and the
+  run has attempts left (``attempt_in_run < max_attempts``), due after
+  ``backoff_delay``; else it fails.
+* A graceful stop (the worker is shutting down) is not a failure: the job goes
+  back to the queue at once, and the attempt it was on is given back
+  (``attempt_base`` moves up with the lease counter), so it is not consumed.
+* A lost worker's job ends at its last sign of life (its last heartbeat), not
+  when someone noticed, so its duration is the time it really ran.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from au import ComputationStatus
+
+from nw.jobs import events
+from nw.jobs.model import (
+    ERROR_KIND_CANCELLED,
+    ERROR_KIND_CRASHED,
+    ERROR_KIND_REFUSED,
+    REAPED_REASON,
+    JobsConfig,
+)
+from nw.jobs.records import attempt_in_run
+from nw.jobs.status import CANCELLED_AFTER_RETURN
+from nw.jobs.stores.base import JobStore
+
+
+class Ended(StrEnum):
+    """How an attempt stopped."""
+
+    RETURNED = "returned"
+    """The body returned a value."""
+    RAISED = "raised"
+    """The body raised (``Ending.error_kind`` says how: refused, cancelled, crashed)."""
+    STOPPED = "stopped"
+    """The worker is shutting down: the body stopped at a boundary, or was still
+    running when the grace period ran out."""
+    LOST = "lost"
+    """The worker stopped beating (found by the reaper)."""
+    ORPHANED = "orphaned"
+    """Queued for an in-process body whose process is gone: it never ran."""
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the caller saw end. ``at``: when (the last sign of life for LOST)."""
+
+    how: Ended
+    at: float
+    error_kind: str | None = None
+    message: str | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    """What the attempt itself reports: the result's fields, a refusal's detail."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """A kind's retry policy: may a crash be retried, how many attempts per run,
+    and the base of the exponential backoff."""
+
+    retryable: bool
+    max_attempts: int
+    backoff_s: float
+
+    @classmethod
+    def of(
+        cls, record: Mapping[str, Any], config: JobsConfig, *, retryable: bool | None = None
+    ) -> RetryPolicy:
+        """The policy recorded with the job at enqueue (``retryable`` overrides the
+        record's flag: a worker applies its kind registration)."""
+        return cls(
+            retryable=bool(record.get("retryable") if retryable is None else retryable),
+            max_attempts=int(record.get("max_attempts") or 1),
+            backoff_s=config.retry_backoff_s,
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to write: ``finish`` with ``au_status``, or ``requeue`` due at ``due_at``."""
+
+    au_status: ComputationStatus
+    fields: dict[str, Any]
+    error: str | None = None
+    """The status entry's error text (a finish only)."""
+    due_at: float | None = None
+    note: str = ""
+    """What happened, in words for the log."""
+
+    @property
+    def requeued(self) -> bool:
+        return self.due_at is not None
+
+
+def backoff_delay(attempt: int, backoff_s: float, u: float) -> float:
+    """Seconds before retry number ``attempt`` (1 after the first failure):
+    uniform in [half, all] of ``backoff_s * 2**(attempt - 1)``, ``u`` in [0, 1)."""
+    ceiling = backoff_s * (2 ** max(attempt - 1, 0))
+    return ceiling / 2 + u * ceiling / 2
+
+
+def decide(
+    ending: Ending,
+    record: Mapping[str, Any],
+    policy: RetryPolicy,
+    *,
+    now: float,
+    cancel_requested: bool,
+    rand: Callable[[], float] = random.random,
+) -> Outcome:
+    """The job's next state after ``ending`` (pure; ``rand`` is the jitter source)."""
+    how, kind = ending.how, ending.error_kind
+    if cancel_requested:
+        return _cancelled(ending)
+    if how is Ended.RETURNED:
+        fields = {**ending.fields, "finished_at": ending.at, "error": None, "error_kind": None}
+        return Outcome(ComputationStatus.COMPLETED, fields, note="succeeded")
+    if how is Ended.ORPHANED:
+        gone = "the process that queued it is gone"
+        return _failed(ending, f"{REAPED_REASON} before it started: {gone}")
+    if how is Ended.STOPPED and kind != ERROR_KIND_REFUSED:
+        base = int(record.get("attempt_base") or 0)
+        fields = {"error": None, "error_kind": None, "attempt_base": base + 1}
+        return Outcome(
+            ComputationStatus.PENDING,
+            {**fields, **events.carry_cost(record)},
+            due_at=now,
+            note="put back in the queue for the next worker (the worker is stopping)",
+        )
+    if how is Ended.RAISED and kind == ERROR_KIND_CANCELLED:
+        message = ending.message or "cancelled"
+        fields = {"finished_at": ending.at, "error": message, "error_kind": kind}
+        return Outcome(ComputationStatus.CANCELLED, fields, error=message, note="cancelled")
+    if kind == ERROR_KIND_REFUSED:
+        return _failed(ending, ending.message or "refused", kind=ERROR_KIND_REFUSED)
+    # A crash, or a lost worker: retried while the policy allows.
+    done = attempt_in_run(record)
+    lost = how is Ended.LOST
+    if policy.retryable and done < policy.max_attempts:
+        message = f"{REAPED_REASON}; retrying as attempt {done + 1}" if lost else ending.message
+        delay = backoff_delay(max(done, 1), policy.backoff_s, rand())
+        fields = {"error": message, "error_kind": ERROR_KIND_CRASHED}
+        return Outcome(
+            ComputationStatus.PENDING,
+            {**fields, **events.carry_cost(record)},
+            due_at=now + delay,
+            note=f"{'worker lost' if lost else 'crashed'}; retrying as attempt {done + 1}"
+            f" in {delay:.1f}s",
+        )
+    if not lost:
+        return _failed(ending, ending.message or "crashed")
+    why = "no attempts left" if policy.retryable else "its kind is not retried"
+    return _failed(ending, f"{REAPED_REASON}; {why}")
+
+
+def _failed(ending: Ending, message: str, kind: str = ERROR_KIND_CRASHED) -> Outcome:
+    fields = {**ending.fields, "finished_at": ending.at, "error": message, "error_kind": kind}
+    return Outcome(ComputationStatus.FAILED, fields, error=message, note=message)
+
+
+_CANCELLED_BECAUSE = {
+    Ended.RETURNED: CANCELLED_AFTER_RETURN,
+    Ended.STOPPED: "cancelled on request; stopped as its worker shut down",
+    Ended.LOST: f"{REAPED_REASON} before the body stopped; cancelled on request",
+    Ended.ORPHANED: "cancelled on request before it started",
+}
+
+
+def _cancelled(ending: Ending) -> Outcome:
+    """A person asked: cancelled, however the body ended. A body that returned
+    keeps its result (the work was done and paid for); the flag makes it read
+    cancelled."""
+    if ending.how is Ended.RAISED:
+        said = ending.message or ""
+        if ending.error_kind == ERROR_KIND_CANCELLED:
+            message = f"cancelled on request; {said}" if said else "cancelled on request"
+        else:
+            message = f"cancelled on request; the body then failed: {said}"
+    else:
+        message = _CANCELLED_BECAUSE[ending.how]
+    fields = {**ending.fields, "finished_at": ending.at, "error": message}
+    fields["error_kind"] = ERROR_KIND_CANCELLED
+    if ending.how is Ended.RETURNED:
+        return Outcome(ComputationStatus.COMPLETED, fields, note=message)
+    return Outcome(ComputationStatus.CANCELLED, fields, error=message, note=message)
+
+
+def write(
+    store: JobStore, job_id: str, attempt: int | None, outcome: Outcome, result: Any = None
+) -> bool:
+    """The outcome, written (fenced by ``attempt``); False when the attempt is stale."""
+    if outcome.requeued:
+        return store.requeue(
+            job_id, fields=outcome.fields, not_before=outcome.due_at, attempt=attempt
+        )
+    return store.finish(
+        job_id,
+        au_status=outcome.au_status,
+        result=result if outcome.au_status is ComputationStatus.COMPLETED else None,
+        error=outcome.error,
+        fields=outcome.fields,
+        attempt=attempt,
+    )

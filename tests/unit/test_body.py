@@ -1,0 +1,146 @@
+"""One attempt of a body, run on the test's thread against a real store and a fake clock."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nw.jobs import JobCancelled, JobRefused
+from nw.jobs.body import Launch, run_attempt
+from nw.jobs.model import JobsConfig
+from nw.jobs.outcome import backoff_delay
+from nw.jobs.records import attempt_in_run
+from nw.jobs.records import project as project_row
+
+ID = "b" * 64
+
+
+@pytest.fixture
+def config(clock):
+    return JobsConfig(clock=clock, retry_backoff_s=4.0)
+
+
+def test_a_body_that_returns_succeeds_at_the_clocks_time(store, clock, claimed, config):
+    row = claimed(ID)
+
+    def body(project, params):
+        clock.advance(7)
+        return {"artifact_ref": "a1"}
+
+    run_attempt(store, row, Launch(fn=body, project=None), config)
+    got = store.get(ID)
+    assert got.status.value == "succeeded" and got.result == {"artifact_ref": "a1"}
+    assert got.record["finished_at"] - got.record["started_at"] == 7
+    assert got.record["error_kind"] is None
+
+
+def test_a_retried_crash_waits_for_its_backoff_before_anyone_can_claim_it(
+    store, clock, claimed, config
+):
+    row = claimed(ID, retryable=True, max_attempts=3)
+
+    def body(project, params):
+        raise RuntimeError("provider hiccup")
+
+    run_attempt(store, row, Launch(fn=body, project=None, retryable=True), config)
+    back = store.get(ID)
+    assert back.status.value == "queued"
+    assert back.record["error"] == "RuntimeError: provider hiccup"
+    earliest = backoff_delay(1, config.retry_backoff_s, 0.0)  # the jitter's lower edge
+    assert earliest == 2.0
+    assert store.claim(["render"], now=clock.now + earliest - 0.01, runner_id="w2") == []
+    latest = backoff_delay(1, config.retry_backoff_s, 1.0)
+    (again,) = store.claim(["render"], now=clock.now + latest, runner_id="w2")
+    assert attempt_in_run(again.record) == 2
+
+
+def test_a_crash_of_a_kind_the_worker_does_not_retry_fails(store, claimed, config):
+    row = claimed(ID, retryable=True, max_attempts=3)
+
+    def body(project, params):
+        raise RuntimeError("bug")
+
+    run_attempt(store, row, Launch(fn=body, project=None, retryable=False), config)
+    got = store.get(ID)
+    assert got.status.value == "failed" and got.record["error_kind"] == "crashed"
+
+
+def test_a_refusal_keeps_its_detail_and_hides_secrets(store, claimed, config):
+    row = claimed(ID)
+
+    def body(project, params):
+        raise JobRefused("key sk-12345 has no credit", detail={"key": "sk-12345"})
+
+    run_attempt(store, row, Launch(fn=body, project=None, secrets={"fal": "sk-12345"}), config)
+    got = store.get(ID)
+    assert got.status.value == "failed" and got.record["error_kind"] == "refused"
+    assert got.record["error"] == "key *** has no credit"
+    assert got.record["error_detail"] == {"key": "***"}
+
+
+@pytest.mark.parametrize("stops", ["raises", "looked-and-returned", "returned-without-looking"])
+def test_a_body_cancelled_on_request_ends_cancelled_however_it_stops(
+    store, clock, claimed, config, stops
+):
+    row = claimed(ID)
+
+    def body(project, params, *, should_cancel):
+        store.request_cancel(ID, now=clock.now)  # a person, from another process
+        if stops == "returned-without-looking":
+            return {"rendered": True}
+        assert should_cancel()
+        if stops == "raises":
+            raise JobCancelled("stopped at a boundary")
+        return {"rendered": True}
+
+    run_attempt(store, row, Launch(fn=body, project=None), config)
+    got = store.get(ID)
+    job = project_row(got, clock.now, config)
+    assert job.status == "cancelled" and job.error_kind == "cancelled"
+    assert job.error.startswith("cancelled on request")
+    if stops != "returned-without-looking":  # what the attempt knew, it wrote
+        assert got.record["error_kind"] == "cancelled"
+
+
+def test_a_body_stopped_by_a_shutdown_goes_back_without_spending_an_attempt(
+    store, clock, claimed, config
+):
+    row = claimed(ID, retryable=True, max_attempts=2)
+    stopping = threading.Event()
+
+    def body(project, params, *, should_cancel, on_event):
+        on_event({"fraction": 0.5})
+        stopping.set()  # SIGTERM arrives
+        assert should_cancel()
+        raise JobCancelled("stopped at a boundary")
+
+    launch = Launch(fn=body, project=None, retryable=True, stopping=stopping)
+    run_attempt(store, row, launch, config)
+    assert launch.decided is not None and launch.decided.requeued
+    back = store.get(ID)
+    assert back.status.value == "queued" and back.record["error"] is None
+    (again,) = store.claim(["render"], now=clock.now, runner_id="w2")  # due at once
+    assert attempt_in_run(again.record) == 1  # still the first attempt of two
+
+    def finishes(project, params):
+        return {"ok": True}
+
+    run_attempt(store, again, Launch(fn=finishes, project=None), config)
+    done = store.get(ID)
+    assert done.status.value == "succeeded" and done.record["fraction"] is None
+
+
+def test_a_stale_attempts_outcome_is_refused(store, clock, claimed, config):
+    row = claimed(ID, retryable=True, max_attempts=3)
+
+    def body(project, params):
+        # meanwhile the job was reaped and claimed by another worker
+        store.requeue(ID, fields={}, not_before=clock.now, attempt=row.record["attempt"])
+        store.claim(["render"], now=clock.now, runner_id="w2")
+        return {"late": True}
+
+    launch = Launch(fn=body, project=None)
+    run_attempt(store, row, launch, config)
+    got = store.get(ID)
+    assert got.status.value == "running" and got.record["runner_id"] == "w2"

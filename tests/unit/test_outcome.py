@@ -1,0 +1,185 @@
+"""The outcome and retry policy, pure: no store, no thread, no clock but the one given."""
+
+from __future__ import annotations
+
+import pytest
+from au import ComputationStatus
+
+from nw.jobs.model import REAPED_REASON, JobsConfig
+from nw.jobs.outcome import Ended, Ending, RetryPolicy, backoff_delay, decide
+from nw.jobs.records import attempt_in_run
+
+NOW = 1_700_000_000.0
+RETRY3 = RetryPolicy(retryable=True, max_attempts=3, backoff_s=2.0)
+NEVER = RetryPolicy(retryable=False, max_attempts=1, backoff_s=2.0)
+
+
+def rec(attempt=1, base=0, **extra):
+    return {"job_id": "j", "attempt": attempt, "attempt_base": base, **extra}
+
+
+def crash(how=Ended.RAISED, message="RuntimeError: boom", at=NOW):
+    return Ending(how, at, error_kind="crashed", message=message)
+
+
+# ----- backoff ------------------------------------------------------------------------
+@pytest.mark.parametrize(("attempt", "ceiling"), [(1, 2.0), (2, 4.0), (3, 8.0)])
+def test_the_backoff_doubles_per_attempt_and_is_jittered_in_its_upper_half(attempt, ceiling):
+    assert backoff_delay(attempt, 2.0, 0.0) == ceiling / 2
+    assert backoff_delay(attempt, 2.0, 0.5) == pytest.approx(0.75 * ceiling)
+    assert backoff_delay(attempt, 2.0, 0.999999) == pytest.approx(ceiling)
+
+
+def test_a_retried_crash_is_due_after_its_backoff_not_at_once():
+    out = decide(crash(), rec(attempt=2), RETRY3, now=NOW, cancel_requested=False, rand=lambda: 0)
+    assert out.requeued and out.au_status is ComputationStatus.PENDING
+    assert out.due_at == NOW + backoff_delay(2, 2.0, 0.0) == NOW + 2.0
+
+
+def test_the_policy_takes_its_backoff_from_the_config_and_its_budget_from_the_record():
+    policy = RetryPolicy.of({"retryable": True, "max_attempts": 4}, JobsConfig(retry_backoff_s=0.5))
+    assert policy == RetryPolicy(retryable=True, max_attempts=4, backoff_s=0.5)
+    # a worker's kind registration overrides the record's flag
+    assert not RetryPolicy.of({"retryable": True}, JobsConfig(), retryable=False).retryable
+
+
+# ----- a body's endings ---------------------------------------------------------------
+def test_a_body_that_returned_succeeds_with_its_result_fields():
+    ending = Ending(Ended.RETURNED, NOW, fields={"artifact_ref": "a1", "actual_usd": 0.2})
+    out = decide(ending, rec(), RETRY3, now=NOW, cancel_requested=False)
+    assert out.au_status is ComputationStatus.COMPLETED and not out.requeued
+    assert out.fields == {
+        "artifact_ref": "a1",
+        "actual_usd": 0.2,
+        "finished_at": NOW,
+        "error": None,
+        "error_kind": None,
+    }
+
+
+def test_a_crash_with_attempts_left_is_requeued_keeping_what_the_attempt_spent():
+    out = decide(crash(), rec(attempt=1, actual_usd=0.3), RETRY3, now=NOW, cancel_requested=False)
+    assert out.requeued
+    assert out.fields["error"] == "RuntimeError: boom" and out.fields["error_kind"] == "crashed"
+    assert out.fields["prior_actual_usd"] == 0.3 and out.fields["actual_usd"] is None
+    assert "finished_at" not in out.fields
+    assert "retrying as attempt 2" in out.note
+
+
+def test_a_crash_on_the_last_attempt_fails():
+    out = decide(crash(), rec(attempt=3), RETRY3, now=NOW, cancel_requested=False)
+    assert out.au_status is ComputationStatus.FAILED and not out.requeued
+    assert out.error == out.fields["error"] == "RuntimeError: boom"
+    assert out.fields["finished_at"] == NOW
+
+
+def test_attempts_count_within_the_run_not_the_lease_counter():
+    # lease 7 of a job re-run from lease 5 is the run's 2nd attempt: one left of 3
+    out = decide(crash(), rec(attempt=7, base=5), RETRY3, now=NOW, cancel_requested=False)
+    assert out.requeued and "retrying as attempt 3" in out.note
+
+
+def test_a_crash_of_a_kind_that_is_not_retryable_fails():
+    out = decide(crash(), rec(), NEVER, now=NOW, cancel_requested=False)
+    assert out.au_status is ComputationStatus.FAILED and out.fields["error_kind"] == "crashed"
+
+
+def test_a_refusal_fails_and_is_never_retried_even_when_the_worker_is_stopping():
+    for how in (Ended.RAISED, Ended.STOPPED):
+        ending = Ending(how, NOW, "refused", "no song", fields={"error_detail": {"why": 1}})
+        out = decide(ending, rec(), RETRY3, now=NOW, cancel_requested=False)
+        assert out.au_status is ComputationStatus.FAILED and not out.requeued
+        assert out.fields["error_kind"] == "refused" and out.fields["error"] == "no song"
+        assert out.fields["error_detail"] == {"why": 1}
+
+
+def test_a_body_that_raised_the_cancel_exception_on_its_own_ends_cancelled():
+    ending = Ending(Ended.RAISED, NOW, "cancelled", "stopped at a boundary")
+    out = decide(ending, rec(), RETRY3, now=NOW, cancel_requested=False)
+    assert out.au_status is ComputationStatus.CANCELLED
+    assert out.fields["error_kind"] == "cancelled"
+    assert out.fields["error"] == "stopped at a boundary"
+
+
+# ----- a cancel request wins ----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("ending", "says"),
+    [
+        (Ending(Ended.RETURNED, NOW, fields={"artifact_ref": "a"}), "already finished its work"),
+        (Ending(Ended.RAISED, NOW, "cancelled", "stopped at a boundary"), "stopped at a boundary"),
+        (Ending(Ended.RAISED, NOW, "crashed", "ValueError: x"), "then failed: ValueError: x"),
+        (Ending(Ended.RAISED, NOW, "refused", "no song"), "then failed: no song"),
+        (Ending(Ended.STOPPED, NOW, "cancelled", "stopped"), "its worker shut down"),
+        (Ending(Ended.LOST, NOW - 30), f"{REAPED_REASON} before the body stopped"),
+    ],
+)
+def test_every_ending_after_a_cancel_request_is_cancelled_and_says_how(ending, says):
+    out = decide(ending, rec(), RETRY3, now=NOW, cancel_requested=True)
+    assert not out.requeued
+    assert out.fields["error_kind"] == "cancelled"
+    assert out.fields["error"].startswith("cancelled on request") or out.fields["error"].startswith(
+        REAPED_REASON
+    )
+    assert says in out.fields["error"]
+    assert out.fields["finished_at"] == ending.at
+    # a body that returned keeps its (paid for) result; the flag makes it read cancelled
+    returned = ending.how is Ended.RETURNED
+    assert out.au_status is (
+        ComputationStatus.COMPLETED if returned else ComputationStatus.CANCELLED
+    )
+
+
+# ----- a graceful stop ----------------------------------------------------------------
+def test_a_graceful_stop_requeues_at_once_and_gives_its_attempt_back():
+    record = rec(attempt=4, base=2, actual_usd=0.1)  # the run's 2nd attempt
+    ending = Ending(Ended.STOPPED, NOW, "cancelled", "stopped at a boundary")
+    out = decide(ending, record, RETRY3, now=NOW, cancel_requested=False)
+    assert out.requeued and out.due_at == NOW
+    assert out.fields["error"] is None and out.fields["error_kind"] is None
+    assert out.fields["prior_actual_usd"] == 0.1
+    # the next claim bumps the lease counter; the attempt within the run stays 2
+    reclaimed = {**record, **out.fields, "attempt": record["attempt"] + 1}
+    assert attempt_in_run(reclaimed) == attempt_in_run(record) == 2
+
+
+def test_a_graceful_stop_is_not_a_failure_even_for_a_kind_that_is_never_retried():
+    ending = Ending(Ended.STOPPED, NOW)  # still running when the grace ran out
+    out = decide(ending, rec(), NEVER, now=NOW, cancel_requested=False)
+    assert out.requeued and out.fields["error"] is None
+
+
+# ----- a lost worker ------------------------------------------------------------------
+LAST_BEAT = NOW - 100.0
+
+
+def test_a_lost_worker_with_attempts_left_says_which_attempt_comes_next():
+    out = decide(
+        Ending(Ended.LOST, LAST_BEAT), rec(attempt=1), RETRY3, now=NOW, cancel_requested=False,
+        rand=lambda: 0,
+    )  # fmt: skip
+    assert out.requeued and out.due_at == NOW + 1.0  # backoff from the reap, not the beat
+    assert out.fields["error"] == "worker lost; retrying as attempt 2"
+    assert out.fields["error_kind"] == "crashed"
+
+
+@pytest.mark.parametrize(
+    ("policy", "attempt", "says"),
+    [
+        (RETRY3, 3, "worker lost; no attempts left"),
+        (NEVER, 1, "worker lost; its kind is not retried"),
+    ],
+)
+def test_a_lost_worker_without_a_retry_fails_at_its_last_sign_of_life(policy, attempt, says):
+    out = decide(
+        Ending(Ended.LOST, LAST_BEAT), rec(attempt), policy, now=NOW, cancel_requested=False
+    )
+    assert out.au_status is ComputationStatus.FAILED
+    assert out.fields["error"] == out.error == says
+    assert out.fields["finished_at"] == LAST_BEAT  # the duration runs to the last beat
+
+
+def test_a_job_queued_by_a_process_that_is_gone_fails_saying_it_never_ran():
+    out = decide(Ending(Ended.ORPHANED, NOW - 5), rec(attempt=0), RETRY3, now=NOW,
+                 cancel_requested=False)  # fmt: skip
+    assert out.au_status is ComputationStatus.FAILED and not out.requeued
+    assert out.fields["error"].startswith(f"{REAPED_REASON} before it started")

@@ -1,0 +1,125 @@
+"""Reaping, driven on the test's thread: a real store, a fake clock, no worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from nw.jobs import recovery
+from nw.jobs.model import JobsConfig
+from nw.jobs.records import attempt_in_run
+from tests.unit.conftest import a_record
+
+ID = "c" * 64
+
+
+@pytest.fixture
+def config(clock):
+    return JobsConfig(
+        clock=clock, heartbeat_interval_s=1, heartbeat_stale_s=10, retry_backoff_s=4.0
+    )
+
+
+def nobody(_job_id: str) -> bool:
+    return False
+
+
+def silent_worker(store, clock, seconds: float) -> float:
+    """The worker beats once more, then stops; returns the time of its last beat."""
+    clock.advance(3)
+    store.beat([ID], now=clock.now, runner_id="w1")
+    last = clock.now
+    clock.advance(seconds)
+    return last
+
+
+def test_a_live_worker_is_not_reaped(store, clock, claimed, config):
+    claimed(ID)
+    silent_worker(store, clock, 9)  # under heartbeat_stale_s
+    assert recovery.reap_stale(store, clock.now, config, nobody) == []
+    assert store.get(ID).status.value == "running"
+
+
+def test_a_job_held_in_this_process_is_not_reaped_however_old_its_beat(
+    store, clock, claimed, config
+):
+    claimed(ID)
+    silent_worker(store, clock, 1000)
+    assert recovery.reap_stale(store, clock.now, config, lambda _id: True) == []
+    assert store.get(ID).status.value == "running"
+
+
+def test_a_lost_job_that_cannot_retry_fails_at_its_last_heartbeat(store, clock, claimed, config):
+    claimed(ID)
+    last = silent_worker(store, clock, 60)
+    assert recovery.reap_stale(store, clock.now, config, nobody) == [ID]
+    got = store.get(ID)
+    assert got.status.value == "failed"
+    assert got.record["error"] == "worker lost; its kind is not retried"
+    assert got.record["error_kind"] == "crashed"
+    assert got.record["finished_at"] == last  # not the reap's time, 60 s later
+    assert got.record["finished_at"] - got.record["started_at"] == 3
+
+
+def test_a_lost_job_with_attempts_left_says_so_and_waits_for_its_backoff(
+    store, clock, claimed, config
+):
+    claimed(ID, retryable=True, max_attempts=2)
+    silent_worker(store, clock, 60)
+    assert recovery.reap_stale(store, clock.now, config, nobody) == [ID]
+    back = store.get(ID)
+    assert back.status.value == "queued"
+    assert back.record["error"] == "worker lost; retrying as attempt 2"
+    assert store.claim(["render"], now=clock.now + 1.99, runner_id="w2") == []
+    (again,) = store.claim(["render"], now=clock.now + 4.0, runner_id="w2")
+    assert attempt_in_run(again.record) == 2
+    # the second worker is lost too: no attempts left
+    clock.advance(4.0)
+    store.beat([ID], now=clock.now, runner_id="w2")
+    clock.advance(60)
+    assert recovery.reap_stale(store, clock.now, config, nobody) == [ID]
+    ended = store.get(ID)
+    assert ended.status.value == "failed"
+    assert ended.record["error"] == "worker lost; no attempts left"
+
+
+def test_a_job_lost_while_cancelling_ends_cancelled(store, clock, claimed, config):
+    claimed(ID, retryable=True, max_attempts=3)
+    store.request_cancel(ID, now=clock.now)
+    assert store.get(ID).status.value == "cancelling"
+    silent_worker(store, clock, 60)
+    assert recovery.reap_stale(store, clock.now, config, nobody) == [ID]
+    got = store.get(ID)
+    assert got.status.value == "cancelled" and got.record["error_kind"] == "cancelled"
+    assert got.record["error"] == "worker lost before the body stopped; cancelled on request"
+
+
+def test_a_reap_of_an_attempt_that_moved_on_writes_nothing(store, clock, claimed, config):
+    row = claimed(ID, retryable=True, max_attempts=3)
+    silent_worker(store, clock, 60)
+    # another reaper got there first and the job was claimed again
+    assert recovery.reap(store, row, clock.now, config)
+    clock.advance(10)
+    store.claim(["render"], now=clock.now, runner_id="w2")
+    assert not recovery.reap(store, row, clock.now, config)  # the stale row is fenced out
+    assert store.get(ID).record["runner_id"] == "w2"
+
+
+def test_maybe_reap_returns_the_row_as_it_now_reads(store, clock, claimed, config):
+    row = claimed(ID)
+    assert recovery.maybe_reap(store, row, clock.now, config, nobody) is row  # alive
+    silent_worker(store, clock, 60)
+    after = recovery.maybe_reap(store, store.get(ID), clock.now, config, nobody)
+    assert after.status.value == "failed"
+
+
+def test_a_job_queued_in_process_by_a_process_that_is_gone_is_closed(store, clock, config):
+    store.register_runner("gone", {"role": "inproc"}, now=clock.now)
+    store.create(a_record(ID, at=clock.now, runner="local", runner_id="gone"), claimable=False)
+    clock.advance(5)
+    assert recovery.reap_stale(store, clock.now, config, nobody) == []  # its owner beat 5 s ago
+    clock.advance(60)
+    assert recovery.reap_stale(store, clock.now, config, nobody) == [ID]
+    got = store.get(ID)
+    assert got.status.value == "failed"
+    assert got.record["error"].startswith("worker lost before it started")
+    assert got.record["finished_at"] == clock.now - 65  # its owner's last beat

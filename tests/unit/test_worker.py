@@ -1,0 +1,73 @@
+"""Worker decisions without its loop: claims and a shutdown, driven on the test's thread."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+
+import pytest
+
+from nw import jobs
+from nw.jobs.body import Launch
+from nw.jobs.outcome import Ended, Ending, RetryPolicy, decide
+from nw.jobs.worker import Worker
+
+KIND = "u.worker"
+
+
+@pytest.fixture
+def worker(project, cfg, clock):
+    jobs.register_kind(KIND, "tests.fixtures.bodies:noop", retryable=True, max_attempts=2)
+    w = Worker([project], config=dataclasses.replace(cfg, clock=clock), kinds_=[KIND])
+    yield w
+    w.stopping.set()
+    for rt in w.runtimes:
+        rt.close(wait=False)
+    with contextlib.suppress(OSError):  # a test that drained it closed these already
+        w._listener.close()
+        w._poker.close()
+
+
+def test_a_body_still_running_after_the_grace_goes_back_without_spending_an_attempt(
+    project, worker, clock
+):
+    job = jobs.enqueue(project, KIND, {"i": 1}, config=worker.config)
+    (rt,) = worker.runtimes
+    (row,) = rt.store.claim([KIND], now=clock.now, runner_id=worker.runner_id)
+    assert worker._put_back(rt, job.job_id) == 1
+    back = jobs.get_job(project, job.job_id, config=worker.config)
+    assert back.status == jobs.QUEUED and back.error is None and back.attempt == 0
+    (again,) = rt.store.claim([KIND], now=clock.now, runner_id="w2")
+    assert again.record["attempt"] == row.record["attempt"] + 1  # a new lease ...
+    assert jobs.get_job(project, job.job_id, config=worker.config).attempt == 1  # ... same try
+    # now w2's: a stopping worker that still lists it never puts it back
+    assert worker._put_back(rt, job.job_id) == 0
+    assert jobs.get_job(project, job.job_id, config=worker.config).status == jobs.RUNNING
+
+
+def test_the_stop_log_counts_every_job_put_back(project, worker, clock, caplog):
+    stopped = decide(
+        Ending(Ended.STOPPED, clock.now), {"attempt": 1}, RetryPolicy(True, 2, 1.0),
+        now=clock.now, cancel_requested=False,
+    )  # fmt: skip
+    worker.stopping.set()
+    for n, decided in enumerate((stopped, None)):
+        launch = Launch(fn=lambda p, q: None, project=project)
+        launch.decided = decided
+        worker._launches[f"{n:064x}"] = launch
+        worker._released(f"{n:064x}")
+    assert worker.stopped_back == 1  # the launch that ended otherwise is not counted
+    with caplog.at_level(logging.INFO, logger="nw.jobs.worker"):
+        assert worker._drain() == 0
+    assert "1 job(s) requeued (1 stopped at a boundary, 0 still running" in caplog.text
+
+
+def test_a_job_that_cannot_launch_fails_and_frees_its_slot(project, worker, clock):
+    jobs.register_kind("u.missing", "tests.fixtures.no_such_module:render")
+    worker._kinds = ["u.missing"]
+    job = jobs.enqueue(project, "u.missing", {}, config=worker.config)
+    assert worker.claim_once() == 1
+    failed = jobs.get_job(project, job.job_id, config=worker.config)
+    assert failed.status == jobs.FAILED and "no_such_module" in failed.error
+    assert worker.busy == 0
