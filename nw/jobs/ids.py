@@ -15,11 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from nw.errors import InvalidJobId, InvalidType, InvalidValue
+
 _JOB_ID = re.compile(r"[0-9a-f]{64}")
-
-
-class InvalidJobId(ValueError):
-    """An id from outside that cannot name a job."""
 
 
 def check_job_id(job_id: object) -> str:
@@ -39,16 +37,16 @@ def job_id_for(project_id: str, kind: str, basis: str) -> str:
 
 
 def check_json_params(params: Any) -> dict[str, Any]:
-    """A JSON-able dict of params, or ``TypeError`` naming the offending key."""
+    """A JSON-able dict of params, or ``InvalidType`` (a ``TypeError``) naming the offending key."""
     if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a dict, not {type(params).__name__}")
+        raise InvalidType(f"params must be a dict, not {type(params).__name__}")
     for key, value in params.items():
         if not isinstance(key, str):
-            raise TypeError(f"params key {key!r} is not a string")
+            raise InvalidType(f"params key {key!r} is not a string")
         path = _first_unjsonable(value, key)
         if path is not None:
             where, what = path
-            raise TypeError(f"params[{where}] is not JSON-serializable ({what})")
+            raise InvalidType(f"params[{where}] is not JSON-serializable ({what})")
     return dict(params)
 
 
@@ -94,10 +92,10 @@ def params_hash(params: Mapping[str, Any]) -> str:
 
 
 def check_units(params: Mapping[str, Any]) -> int | None:
-    """``params["units"]`` as a positive int, None when absent; else ``ValueError``."""
+    """``params["units"]`` as a positive int, None when absent; else ``InvalidValue``."""
     if "units" not in params or params["units"] is None:
         return None
     units = params["units"]
     if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-        raise ValueError(f"params['units'] must be a positive int, got {units!r}")
+        raise InvalidValue(f"params['units'] must be a positive int, got {units!r}")
     return units
