@@ -104,6 +104,7 @@ def enqueue(
     proj = as_project(project)
     if not isinstance(kind, str) or not kind:
         raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
+    who = _actor(actor)  # checked before the runtime or the store is started
     params = ids.check_json_params(costing.with_plan_dict(params))
     units = ids.check_units(params)
     fn = dispatch.get(kind) if dispatch else None
@@ -144,7 +145,7 @@ def enqueue(
         estimated_usd=quote.estimated_usd,
         runner="local" if fn is not None else "worker",
         max_attempts=max_attempts if retryable else 1,
-        actor=_actor(actor),
+        actor=who,
         retryable=retryable,
         runner_id=rt.runner_id if rt is not None else None,  # who owns a local job
     )
