@@ -70,7 +70,7 @@ def test_the_facade_raises_typed_errors_that_old_except_clauses_still_catch(tmp_
     with pytest.raises(errors.UnknownKind) as info:
         facade.enqueue(where, "nope", {})
     assert isinstance(info.value, KeyError)
-    assert str(info.value) == "unknown kind 'nope'; known kinds: none"  # not KeyError's quotes
+    assert str(info.value).startswith("unknown kind 'nope'; known kinds:")  # not KeyError's quotes
     with pytest.raises(errors.InvalidType, match="params"):
         facade.estimate(where, "k", ["not", "a", "dict"])  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidValue, match="unknown status"):
