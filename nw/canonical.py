@@ -37,10 +37,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nw.errors import InvalidType
+
 _EXIT = object()
 
 
-class NotJson(TypeError):
+class NotJson(InvalidType):
     """A value with no canonical JSON form; ``path`` says where, ``what`` what."""
 
     def __init__(self, path: str, what: str):

@@ -2,9 +2,10 @@
 
 Each subcommand is a thin call into ``nw.jobs``; what a person sees is in
 ``nw.cli_render`` (rich on a terminal, plain lines in a pipe, ``--json`` for
-scripts). A user's mistake (a bad id, a missing project, malformed JSON) ends
-in one line on stderr and exit status 1, never a traceback; set
-``NW_JOBS_DEBUG=1`` to see the traceback anyway.
+scripts). What nw raises on purpose (``nw.errors``: a bad id, a missing
+project, malformed JSON, a broken setting, an unreachable store) ends in one
+line on stderr and exit status 1; set ``NW_JOBS_DEBUG=1`` to see the traceback
+anyway. Anything else is a bug and keeps its traceback.
 
 Exit statuses: 0 ok (``watch``: the job succeeded), 1 error, 2 usage,
 3 ``watch``: the job failed, 4 ``watch``: the job was cancelled,
@@ -21,6 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from nw.errors import InvalidInput, NwJobsError
+
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_FAILED, EXIT_CANCELLED = 3, 4
 EXIT_TIMEOUT, EXIT_INTERRUPTED = 124, 130
@@ -30,8 +33,9 @@ TOKEN_ENV = "NW_JOBS_TOKEN"
 DEBUG_ENV = "NW_JOBS_DEBUG"
 
 
-class UserError(Exception):
-    """A mistake the person can fix; printed as one line."""
+class UserError(InvalidInput):
+    """A mistake the person can fix that only the command line sees (an
+    ambiguous id prefix, a missing option); printed as one line."""
 
 
 # ----- helpers ---------------------------------------------------------------------
@@ -538,28 +542,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from nw import ProjectError
-    from nw.jobs import InvalidJobId, JobStoreError, KindImportError
-
-    return (
-        UserError,
-        ProjectError,
-        InvalidJobId,
-        JobStoreError,
-        KindImportError,
-        KeyError,
-        ValueError,
-        TypeError,
-    )
-
-
-def _message(exc: BaseException) -> str:
-    if isinstance(exc, KeyError) and exc.args:
-        return str(exc.args[0])
-    return str(exc) or type(exc).__name__
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -584,10 +566,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
-    except _user_errors() as exc:
+    except NwJobsError as exc:
+        # Raised on purpose with a message for a person: the input, the setup or
+        # the store. Anything else is a bug and keeps its traceback.
         if os.environ.get(DEBUG_ENV):
             raise
-        sys.stderr.write(f"nw-jobs: error: {_message(exc)}\n")
+        sys.stderr.write(f"nw-jobs: error: {str(exc) or type(exc).__name__}\n")
         return EXIT_ERROR
 
 

@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nw import canonical
+from nw.errors import NonCanonicalPlan, PlanError  # importable from here, as before
 
 FALAW_PLAN_SCHEMA = "falaw.plan/v1"
 """The ``schema`` tag ``falaw.plan_to_dict`` writes; absent means the same shape."""
@@ -86,22 +87,6 @@ FALAW_CALL_FIELDS = frozenset(
 FALAW_PLAN_FIELDS = frozenset({"schema", "calls"})
 _OMIT_WHEN_EMPTY = ("key_extra", "local_files")
 _REQUIRED_STR = ("tool", "application", "output_kind")
-
-
-class PlanError(ValueError):
-    """A value that cannot be read as a plan (wrong shape, unknown schema)."""
-
-
-class NonCanonicalPlan(PlanError, TypeError):
-    """A plan holds a value with no canonical form, so it cannot be identified.
-
-    Also a ``TypeError``, like every other params value that is not JSON.
-    """
-
-    def __init__(self, path: str, what: str):
-        super().__init__(f"{path} has no canonical form ({what}); the plan cannot be identified")
-        self.path = path
-        self.what = what
 
 
 def is_falaw_plan(value: Any) -> bool:

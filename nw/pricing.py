@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nw import canonical, plans
+from nw.errors import RateTableError, Unpriceable  # importable from here, as before
 
 log = logging.getLogger("nw.pricing")
 RATE_TABLE_PRICER = "rate_table"
@@ -68,14 +69,6 @@ STATUS_CHANGED = "changed"
 STATUS_UNKNOWN = "unknown"
 CALL_NO_BASIS = "no_basis"
 CALL_CACHE_HIT = "cache_hit"
-
-
-class RateTableError(ValueError):
-    """A rate table file that cannot be used (names the file and the problem)."""
-
-
-class Unpriceable(Exception):
-    """A pricer cannot price this basis; the message says why (for the quote)."""
 
 
 # ----- rate tables ---------------------------------------------------------------

@@ -13,12 +13,10 @@ import os
 import uuid
 from pathlib import Path
 
+from nw.errors import InvalidType, ProjectError
+
 META_DIR = ".nw"
 META_FILE = "project.json"
-
-
-class ProjectError(ValueError):
-    """The folder is not a usable project (missing, not a folder, bad metadata)."""
 
 
 class Project:
@@ -113,4 +111,4 @@ def as_project(project: Project | str | os.PathLike[str]) -> Project:
         return project
     if isinstance(project, (str, os.PathLike)):
         return Project(project)
-    raise TypeError(f"project must be a Project or a path, not {type(project).__name__}")
+    raise InvalidType(f"project must be a Project or a path, not {type(project).__name__}")

@@ -5,9 +5,15 @@ The public surface is exactly ``__all__`` (pinned by a test).
 
 from nw.jobs.errors import (
     BudgetExceeded,
+    ConfigError,
+    InvalidInput,
+    InvalidJobId,
     JobCancelled,
     JobRefused,
     JobStoreError,
+    KindImportError,
+    NwJobsError,
+    UnknownKind,
     error_kind_of,
 )
 from nw.jobs.eta import predict_total_s
@@ -22,8 +28,7 @@ from nw.jobs.facade import (
     spend,
     summarize,
 )
-from nw.jobs.ids import InvalidJobId
-from nw.jobs.kinds import KindImportError, register_kind
+from nw.jobs.kinds import register_kind
 from nw.jobs.learning import DurationLearningMiddleware
 from nw.jobs.model import (
     CANCELLED,
@@ -62,7 +67,9 @@ __all__ = [
     "TERMINAL_STATUSES",
     "UNREADABLE_PLAN_REASON",
     "BudgetExceeded",
+    "ConfigError",
     "DurationLearningMiddleware",
+    "InvalidInput",
     "InvalidJobId",
     "Job",
     "JobCancelled",
@@ -72,7 +79,9 @@ __all__ = [
     "JobStoreError",
     "JobsConfig",
     "KindImportError",
+    "NwJobsError",
     "Status",
+    "UnknownKind",
     "cancel_job",
     "enqueue",
     "error_kind_of",

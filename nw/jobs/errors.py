@@ -1,60 +1,57 @@
-"""Exceptions a body raises to say how it ended, and those the facade raises."""
+"""The job API's exceptions: the tree under ``NwJobsError`` (defined in
+``nw.errors``, re-exported here) and which ``error_kind`` a job's exception is.
+
+``InvalidInput`` and its kinds are the caller's to fix, ``BudgetExceeded``
+needs an approval, ``JobStoreError`` the store's, ``ConfigError`` the
+operator's; ``JobRefused`` and ``JobCancelled`` are what a body raises to say
+how it ended. See ``nw.errors`` for the whole tree.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
+from nw.errors import (
+    BudgetExceeded,
+    ConfigError,
+    InvalidInput,
+    InvalidJobId,
+    InvalidSetting,
+    InvalidType,
+    InvalidValue,
+    JobCancelled,
+    JobRefused,
+    JobStoreError,
+    KindImportError,
+    NonCanonicalPlan,
+    NwJobsError,
+    PlanError,
+    ProjectError,
+    RateTableError,
+    UnknownKind,
+    Unpriceable,
+)
 from nw.jobs.model import ERROR_KIND_CANCELLED, ERROR_KIND_CRASHED, ERROR_KIND_REFUSED
 
-
-class JobRefused(Exception):
-    """A body declines the work with a message for the person (not a bug)."""
-
-    def __init__(self, message: str, *, detail: Any = None):
-        super().__init__(message)
-        self.detail = detail
-
-
-class JobCancelled(Exception):
-    """A body stopped at a boundary because ``should_cancel()`` turned true."""
-
-
-class JobStoreError(RuntimeError):
-    """The job store cannot be read or written (corrupt file, lost database)."""
-
-
-class BudgetExceeded(Exception):
-    """``enqueue`` refused a job the project's spend cap does not allow; nothing
-    was written. The message names the cap, the committed spend and the quote."""
-
-    def __init__(
-        self,
-        *,
-        cap_usd: float,
-        committed_usd: float,
-        quote_usd: float | None,
-        committed_is_lower_bound: bool = False,
-        needs_approval: bool = False,
-    ):
-        self.cap_usd = cap_usd
-        self.committed_usd = committed_usd
-        self.quote_usd = quote_usd
-        self.committed_is_lower_bound = committed_is_lower_bound
-        self.needs_approval = needs_approval
-        at_least = "at least " if committed_is_lower_bound else ""
-        committed = f"{at_least}{_money(committed_usd)} is committed (spent plus live estimates)"
-        if quote_usd is not None:
-            why = f"this job's quote of {_money(quote_usd)} would take it past the cap"
-        elif needs_approval:
-            why = "this job's cost is unknown, so it needs explicit approval (approved=True)"
-        else:
-            why = "nothing is left under the cap for a job whose cost is unknown"
-        super().__init__(f"spend cap {_money(cap_usd)}: {committed}; {why}")
-
-
-def _money(usd: float) -> str:
-    """Cents, unless that would hide a sub-cent figure."""
-    return f"${usd:.2f}" if abs(round(usd, 2) - usd) < 1e-9 else f"${usd:.6g}"
+__all__ = [
+    "BudgetExceeded",
+    "ConfigError",
+    "InvalidInput",
+    "InvalidJobId",
+    "InvalidSetting",
+    "InvalidType",
+    "InvalidValue",
+    "JobCancelled",
+    "JobRefused",
+    "JobStoreError",
+    "KindImportError",
+    "NonCanonicalPlan",
+    "NwJobsError",
+    "PlanError",
+    "ProjectError",
+    "RateTableError",
+    "UnknownKind",
+    "Unpriceable",
+    "error_kind_of",
+]
 
 
 def error_kind_of(error: BaseException) -> str:

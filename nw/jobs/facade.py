@@ -17,6 +17,7 @@ from typing import Any
 from au import ComputationStatus
 from au.base import ComputationBackend
 
+from nw.errors import InvalidType, InvalidValue, UnknownKind
 from nw.jobs import costing, credentials, eta, ids, kinds, recovery
 from nw.jobs.body import Launch
 from nw.jobs.costing import quote_for
@@ -61,7 +62,7 @@ def _actor(actor: Any) -> dict[str, str] | None:
         if actor.get("handle"):
             out["handle"] = str(actor["handle"])
         return out
-    raise TypeError("actor must be an id string or a mapping with 'id' (and 'handle')")
+    raise InvalidType("actor must be an id string or a mapping with 'id' (and 'handle')")
 
 
 def enqueue(
@@ -97,29 +98,31 @@ def enqueue(
     is accepted and stored (and handed to the body) as its ``plan_to_dict``
     form, which has the same hash.
 
-    Raises ``TypeError`` (params not JSON-able, naming the key), ``KeyError``
-    (unknown kind), ``ValueError`` (malformed ``units``), ``nw.plans.PlanError``
-    (a plan that cannot be identified: ``NonCanonicalPlan`` when a value in it
-    has no canonical form), and ``BudgetExceeded`` (over ``config.budget_usd``,
-    or an unknown cost under a cap without ``approved=True``); in every case
-    before anything is written.
+    Raises, in every case before anything is written, ``InvalidInput`` for the
+    caller's mistakes: ``InvalidType`` (a ``TypeError``: params not JSON-able,
+    naming the key), ``UnknownKind`` (a ``KeyError``), ``InvalidValue`` (a
+    ``ValueError``: malformed ``units``), ``PlanError`` (a plan that cannot be
+    identified: ``NonCanonicalPlan`` when a value in it has no canonical form);
+    and ``BudgetExceeded`` (over ``config.budget_usd``, or an unknown cost under
+    a cap without ``approved=True``). ``JobStoreError`` when the store fails.
     """
     proj = as_project(project)
     if not isinstance(kind, str) or not kind:
-        raise KeyError(f"kind must be a non-empty string, got {kind!r}")
+        raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
+    who = _actor(actor)  # checked before the runtime or the store is started
     params = ids.check_json_params(costing.with_plan_dict(params))
     units = ids.check_units(params)
     fn = dispatch.get(kind) if dispatch else None
     spec = kinds.kind_spec(kind)
     if fn is None and spec is None:
         known = sorted(set(dispatch or ()) | set(kinds.registered_kinds()))
-        raise KeyError(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
+        raise UnknownKind(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
     if backend is not None:
         raise NotImplementedError("a custom backend is not supported; use JobsConfig")
     quote = quote_for(proj, kind, params, config)
     basis = idempotency_key if idempotency_key is not None else quote.identity
     if not isinstance(basis, str) or not basis:
-        raise ValueError("idempotency_key must be a non-empty string")
+        raise InvalidValue("idempotency_key must be a non-empty string")
     job_id = ids.job_id_for(proj.project_id, kind, basis)
     # Refused before any store is created or opened for writing; checked again
     # inside the create transaction (``admit``), where concurrent enqueues serialise.
@@ -147,7 +150,7 @@ def enqueue(
         estimated_usd=quote.estimated_usd,
         runner="local" if fn is not None else "worker",
         max_attempts=max_attempts if retryable else 1,
-        actor=_actor(actor),
+        actor=who,
         retryable=retryable,
         runner_id=rt.runner_id if rt is not None else None,  # who owns a local job
     )
@@ -381,10 +384,10 @@ def estimate(
     ``estimated_usd: None`` and ``reason: UNREADABLE_PLAN_REASON`` (the error
     goes to the log). Without a plan the estimate is ``params["estimated_usd"]``
     and ``quote`` is None. Unknown cost always requires approval. Raises
-    ``ValueError`` on malformed ``units``, like ``enqueue``.
+    ``InvalidValue`` (a ``ValueError``) on malformed ``units``, like ``enqueue``.
     """
     if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a dict, not {type(params).__name__}")
+        raise InvalidType(f"params must be a dict, not {type(params).__name__}")
     ids.check_json_params({k: v for k, v in params.items() if k != "plan"})
     ids.check_units(params)
     quote = quote_for(as_project(project), kind, dict(params), config, for_estimate=True)
@@ -409,7 +412,7 @@ def _could_name_a_job(job_id: object) -> bool:
     """False for a string that cannot be one of our ids: the seed's reads answer
     "unknown" for it, and it never reaches a path, a store or SQL."""
     if not isinstance(job_id, str):
-        raise TypeError(f"job_id must be a string, not {type(job_id).__name__}")
+        raise InvalidType(f"job_id must be a string, not {type(job_id).__name__}")
     return ids.is_job_id(job_id)
 
 
@@ -420,10 +423,10 @@ def _check_status(status: str | Status | None) -> str | None:
         return Status(status).value
     except ValueError:
         valid = ", ".join(s.value for s in Status)
-        raise ValueError(f"unknown status {status!r}; one of: {valid}") from None
+        raise InvalidValue(f"unknown status {status!r}; one of: {valid}") from None
 
 
 def _check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise ValueError(f"limit must be an int from 1 to 10000, got {limit!r}")
+        raise InvalidValue(f"limit must be an int from 1 to 10000, got {limit!r}")
     return limit

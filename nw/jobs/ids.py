@@ -14,12 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from nw import canonical
+from nw.errors import InvalidJobId, InvalidType, InvalidValue
 
 _JOB_ID = re.compile(r"[0-9a-f]{64}")
-
-
-class InvalidJobId(ValueError):
-    """An id from outside that cannot name a job."""
 
 
 def check_job_id(job_id: object) -> str:
@@ -39,13 +36,13 @@ def job_id_for(project_id: str, kind: str, basis: str) -> str:
 
 
 def check_json_params(params: Any) -> dict[str, Any]:
-    """A JSON-able dict of params, or ``TypeError`` naming the offending key."""
+    """A JSON-able dict of params, or ``InvalidType`` (a ``TypeError``) naming the offending key."""
     if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a dict, not {type(params).__name__}")
+        raise InvalidType(f"params must be a dict, not {type(params).__name__}")
     found = canonical.first_unjsonable(params, "params")
     if found is not None:
         where, what = found
-        raise TypeError(f"{where} is not JSON-serializable ({what})")
+        raise InvalidType(f"{where} is not JSON-serializable ({what})")
     return dict(params)
 
 
@@ -55,10 +52,10 @@ def params_hash(params: Mapping[str, Any]) -> str:
 
 
 def check_units(params: Mapping[str, Any]) -> int | None:
-    """``params["units"]`` as a positive int, None when absent; else ``ValueError``."""
+    """``params["units"]`` as a positive int, None when absent; else ``InvalidValue``."""
     if "units" not in params or params["units"] is None:
         return None
     units = params["units"]
     if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-        raise ValueError(f"params['units'] must be a positive int, got {units!r}")
+        raise InvalidValue(f"params['units'] must be a positive int, got {units!r}")
     return units

@@ -14,11 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
+from nw.errors import InvalidType, InvalidValue, KindImportError
+
 ENTRY_POINT_GROUP = "nw.jobs.kinds"
-
-
-class KindImportError(ImportError):
-    """A registered kind's target does not import."""
 
 
 @dataclass(frozen=True)
@@ -70,15 +68,15 @@ def register_kind(
 ) -> KindSpec:
     """Bind ``name`` to ``"module:attr"`` (or a callable). Re-registering replaces."""
     if not isinstance(name, str) or not name.strip():
-        raise ValueError("a kind needs a non-empty name")
+        raise InvalidValue("a kind needs a non-empty name")
     if isinstance(target, str) and ":" not in target:
-        raise ValueError(f"kind target must look like 'module:attr', got {target!r}")
+        raise InvalidValue(f"kind target must look like 'module:attr', got {target!r}")
     if not isinstance(target, str) and not callable(target):
-        raise TypeError("kind target must be 'module:attr' or a callable")
+        raise InvalidType("kind target must be 'module:attr' or a callable")
     if max_attempts is not None and max_attempts < 1:
-        raise ValueError("max_attempts must be >= 1")
+        raise InvalidValue("max_attempts must be >= 1")
     if timeout_s is not None and timeout_s <= 0:
-        raise ValueError("timeout_s must be > 0")
+        raise InvalidValue("timeout_s must be > 0")
     spec = KindSpec(name, target, retryable, max_attempts, timeout_s, cancel_on_timeout)
     with _LOCK:
         _KINDS[name] = spec

@@ -32,6 +32,7 @@ from typing import Any
 
 from au import ComputationResult, ComputationStatus, Middleware
 
+from nw.errors import InvalidType
 from nw.jobs import eta
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 
@@ -110,7 +111,7 @@ class DurationLearningMiddleware(Middleware):
         clock: Callable[[], float] = time.monotonic,
     ):
         if (record is None) == (durations is None):
-            raise TypeError("DurationLearningMiddleware takes record= or durations=, exactly one")
+            raise InvalidType("DurationLearningMiddleware takes record= or durations=, exactly one")
         if durations is not None:
             record = _appender(durations, lock or threading.Lock(), config.sample_window_k)
         self._record = record

@@ -14,6 +14,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from nw.errors import InvalidSetting
+
 
 class Status(StrEnum):
     """The five-plus-one job states; a ``str`` enum so it *is* its JSON value."""
@@ -148,7 +150,7 @@ class JobsConfig:
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
-            raise ValueError(f"JobsConfig: invalid value for {', '.join(bad)}")
+            raise InvalidSetting(f"JobsConfig: invalid value for {', '.join(bad)}")
 
 
 DEFAULT_CONFIG = JobsConfig()

@@ -36,6 +36,7 @@ from typing import Any
 
 from au import ComputationStatus
 
+from nw.errors import InvalidSetting, NwJobsError
 from nw.jobs import credentials, kinds, outcome, recovery
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
@@ -67,7 +68,7 @@ class Worker:
         secrets: SecretsProvider = env_secrets,
     ):
         if not projects:
-            raise ValueError("a worker needs at least one project")
+            raise InvalidSetting("a worker needs at least one project")
         self.config = config
         self.projects = [as_project(p) for p in projects]
         self._kinds = list(kinds_) if kinds_ is not None else None
@@ -354,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
         secrets = _load_secrets_provider(args.secrets) if args.secrets else env_secrets
         worker = Worker(projects, config=config, secrets=secrets)
-    except (ValueError, kinds.KindImportError) as exc:
+    except NwJobsError as exc:  # a setting, a project or a --secrets target: one line
         print(f"nw-jobs worker: {exc}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, worker.stop)

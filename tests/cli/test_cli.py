@@ -348,3 +348,27 @@ def test_db_migrate_against_a_real_database_is_idempotent():
     again = nw_jobs("db", "migrate", env={"NW_JOBS_DATABASE_URL": url})
     assert first.returncode == again.returncode == 0, first.stderr + again.stderr
     assert again.stdout.strip() == "the schema is up to date"
+
+
+def test_the_cli_answers_by_type_a_store_fault_in_one_line_a_bug_with_its_traceback(
+    project, monkeypatch, capsys
+):
+    import nw.jobs
+    from nw.cli import EXIT_ERROR, main
+
+    def store_gone(*args, **kwargs):
+        raise nw.jobs.JobStoreError("job store postgresql://db: the database is unreachable")
+
+    monkeypatch.setattr(nw.jobs, "list_jobs", store_gone)
+    assert main(["list", "--project", str(project.root)]) == EXIT_ERROR
+    assert capsys.readouterr().err.splitlines() == [
+        "nw-jobs: error: job store postgresql://db: the database is unreachable"
+    ]
+
+    def bug(*args, **kwargs):
+        raise ValueError("an internal slip, not the user's")
+
+    # A built-in error is no longer taken for a user's mistake: it keeps its traceback.
+    monkeypatch.setattr(nw.jobs, "list_jobs", bug)
+    with pytest.raises(ValueError, match="internal slip"):
+        main(["list", "--project", str(project.root)])

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ with warnings.catch_warnings():  # newer Starlette nudges towards httpx2; httpx 
     from starlette.testclient import TestClient
 
 import nw
+from nw import errors as nw_errors
 from nw.jobs import JobRefused, enqueue, get_job
 from nw.jobs.kinds import register_kind, unregister_kind
 from nw.jobs.web import create_app
@@ -391,6 +394,77 @@ def test_an_internal_error_is_a_bare_500(project, monkeypatch):
     assert response.status_code == 500
     assert response.json() == {"error": "internal error; see the server log"}
     assert "secret" not in response.text
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [KeyError("k"), ValueError("v"), TypeError("t"), AttributeError("a")],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_builtin_error_from_inside_is_a_500_never_a_400(project, monkeypatch, raised):
+    # Given a bug deep inside that happens to raise what bad input used to raise
+    from nw.jobs import facade
+
+    def bug(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(facade, "list_jobs", bug)
+    client = TestClient(create_app([project]), raise_server_exceptions=False)
+    # When a well-formed request meets it, then the server owns the fault
+    response = client.get("/api/jobs")
+    assert response.status_code == 500
+    assert response.json() == {"error": "internal error; see the server log"}
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "shown"),
+    [
+        (nw_errors.InvalidValue("limit is wrong"), 400, "limit is wrong"),
+        (nw_errors.UnknownKind("unknown kind 'x'"), 400, "unknown kind 'x'"),
+        (nw_errors.NonCanonicalPlan("plan.calls[0]", "set"), 400, "no canonical form"),
+        (nw_errors.JobStoreError("job store gone"), 503, "job store gone"),
+        (nw_errors.RateTableError("rates.json at /srv"), 500, "misconfigured"),
+        (nw_errors.JobRefused("a body's signal, leaked"), 500, "internal error"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
+def test_each_error_type_has_its_status(project, monkeypatch, raised, status, shown):
+    from nw.jobs import facade
+
+    def fails(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(facade, "list_jobs", fails)
+    client = TestClient(create_app([project]), raise_server_exceptions=False)
+    response = client.get("/api/jobs")
+    assert (response.status_code, list(response.json())) == (status, ["error"])
+    assert shown in response.json()["error"]
+    if status == 500:  # the operator's detail stays in the server's log
+        assert "/srv" not in response.text and "leaked" not in response.text
+
+
+def test_a_failing_store_answers_503_naming_it(project, cfg, monkeypatch):
+    # Given a store that cannot be read: a corrupt file, or a database nobody answers on
+    if cfg.database_url:
+        monkeypatch.setenv("NW_JOBS_PG_RETRY_S", "0.5")
+        gone = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"
+        cfg = dataclasses.replace(cfg, database_url=gone)
+    else:
+        store_file = Path(project.root) / ".nw/jobs/jobs.sqlite3"
+        store_file.parent.mkdir(parents=True, exist_ok=True)
+        store_file.write_bytes(b"this is not a database" * 100)
+    client = TestClient(create_app([project], config=cfg))
+    try:
+        # Then every read says the store failed: a 503, not the caller's fault nor a bare 500
+        for path in ("/api/jobs", f"/api/jobs/{NO_SUCH_JOB}", "/api/summary"):
+            response = client.get(path)
+            assert response.status_code == 503, (path, response.text)
+            assert "job store" in response.json()["error"]
+    finally:
+        if cfg.database_url:  # the pool for the dead address would retry for ever
+            from nw.jobs.stores.pg_connect import close_pools
+
+            close_pools()
 
 
 # ----- the page, mounted ------------------------------------------------------------------------

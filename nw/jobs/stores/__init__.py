@@ -7,6 +7,7 @@ import os
 import threading
 from pathlib import Path
 
+from nw.errors import InvalidSetting
 from nw.jobs.model import JobsConfig
 from nw.jobs.stores.base import JobStore
 from nw.project import Project
@@ -17,7 +18,7 @@ DATABASE_URL_ENV = "NW_JOBS_DATABASE_URL"
 def database_url(config: JobsConfig) -> str | None:
     url = config.database_url or os.environ.get(DATABASE_URL_ENV) or None
     if url and not url.startswith(("postgresql://", "postgres://")):
-        raise ValueError(
+        raise InvalidSetting(
             f"{DATABASE_URL_ENV} / JobsConfig.database_url must be a postgresql:// URL"
         )
     return url

@@ -1,0 +1,69 @@
+"""How the API answers an exception: by its type, never by a built-in base.
+
+Every error is ``{"error": message}``. The caller's mistakes
+(``nw.errors.InvalidInput``, and Starlette's ``HTTPException``) are 4xx with
+their message; ``BudgetExceeded`` is 402 and says whether an approval would
+do; a failing store is 503; a broken setup is 500 with its message in the
+server's log only. Anything else is a bug: a bare 500, and Starlette re-raises
+it after answering so the server logs the traceback. A ``KeyError`` or
+``ValueError`` from inside nw is one of those bugs, not the caller's fault.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from nw.errors import BudgetExceeded, ConfigError, InvalidInput, JobStoreError
+
+log = logging.getLogger("nw.jobs.web")
+INTERNAL_ERROR = "internal error; see the server log"
+
+
+def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def on_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error(exc.status_code, str(exc.detail), headers=exc.headers)
+
+
+async def on_invalid_input(request: Request, exc: Exception) -> Response:
+    return error(400, str(exc) or type(exc).__name__)
+
+
+async def on_budget_exceeded(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BudgetExceeded)  # the cost gate said no; nothing was written
+    return JSONResponse({"error": str(exc), "needs_approval": exc.needs_approval}, status_code=402)
+
+
+async def on_store_error(request: Request, exc: Exception) -> Response:
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    return error(503, str(exc))
+
+
+async def on_config_error(request: Request, exc: Exception) -> Response:
+    # The operator's to fix, not the client's to read: the detail goes to the log.
+    log.error("%s %s: the server is misconfigured: %s", request.method, request.url.path, exc)
+    return error(500, "the server is misconfigured; see the server log")
+
+
+async def on_bug(request: Request, exc: Exception) -> Response:
+    return error(500, INTERNAL_ERROR)
+
+
+HANDLERS: dict[Any, Callable[[Request, Exception], Any]] = {
+    HTTPException: on_http_exception,
+    InvalidInput: on_invalid_input,
+    BudgetExceeded: on_budget_exceeded,
+    JobStoreError: on_store_error,
+    ConfigError: on_config_error,
+    Exception: on_bug,  # Starlette answers with it, then re-raises for the server's log
+}
+"""Matched by the exception's class, most specific first (Starlette walks the MRO)."""

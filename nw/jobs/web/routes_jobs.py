@@ -1,0 +1,114 @@
+"""``/api/jobs``, one job, its events, and ``/api/estimate``: each a facade call.
+
+Sync endpoints run on Starlette's thread pool (the facade blocks on the store).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from nw.jobs import facade, kinds
+from nw.jobs.web import state, streams
+from nw.jobs.web.inputs import int_param, json_object
+
+
+def list_jobs(request: Request) -> JSONResponse:
+    limit = int_param(request, "limit", 50, low=1, high=1000)
+    status = request.query_params.get("status") or None
+    rows: list[dict[str, Any]] = []
+    for project in state.projects(request).pick(request.query_params.get("project")):
+        jobs = facade.list_jobs(project, status=status, limit=limit, config=state.config(request))
+        rows += [state.job_json(job, project) for job in jobs]
+    rows.sort(key=lambda r: r.get("created_at") or "", reverse=True)
+    return JSONResponse({"jobs": rows[:limit]})
+
+
+def get_job(request: Request) -> JSONResponse:
+    project, job = state.found_job(request, request.path_params["job_id"])
+    return JSONResponse(state.job_json(job, project))
+
+
+def cancel_job(request: Request) -> JSONResponse:
+    job_id = request.path_params["job_id"]
+    project, _ = state.found_job(request, job_id)
+    job = facade.cancel_job(project, job_id, config=state.config(request))
+    if job is None:
+        raise HTTPException(404, f"no job {job_id}")
+    return JSONResponse(state.job_json(job, project))
+
+
+def estimate(request: Request) -> JSONResponse:
+    kind = request.query_params.get("kind")
+    if not kind:
+        raise HTTPException(400, "kind is required")
+    params = json_object(request.query_params.get("params") or "{}", "params")
+    project = state.projects(request).one(request.query_params.get("project"))
+    return JSONResponse(facade.estimate(project, kind, params, config=state.config(request)))
+
+
+async def create_job(request: Request) -> JSONResponse:
+    """Enqueue a registered kind (202); a refusal by the cost gate is 402."""
+    body = json_object((await request.body()).decode("utf-8", "replace"), "the body")
+    kind, params = _enqueue_request(body)
+    project = state.projects(request).one(body.get("project"))
+    job = await run_in_threadpool(
+        lambda: facade.enqueue(
+            project,
+            kind,
+            params,
+            idempotency_key=body.get("idempotency_key"),
+            label=body.get("label"),
+            actor=body.get("actor"),
+            approved=body.get("approved", False),
+            config=state.config(request),
+        )
+    )
+    return JSONResponse(state.job_json(job, project), status_code=202)
+
+
+def _enqueue_request(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The kind and params of a POST body, or a 400 naming what is wrong."""
+    kind = body.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise HTTPException(400, "'kind' is required")
+    if kinds.kind_spec(kind) is None:  # the web runs no bodies: only a worker's kinds
+        known = ", ".join(kinds.registered_kinds()) or "none"
+        raise HTTPException(400, f"kind {kind!r} is not registered; registered: {known}")
+    params = body.get("params", {})
+    if not isinstance(params, dict):
+        raise HTTPException(400, "'params' must be a JSON object")
+    for name in ("idempotency_key", "label"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise HTTPException(400, f"'{name}' must be a string")
+    if not isinstance(body.get("approved", False), bool):
+        raise HTTPException(400, "'approved' must be true or false")
+    return kind, params
+
+
+async def job_events(request: Request) -> StreamingResponse:
+    """The job's ``to_dict`` on each change, until it ends."""
+    job_id = request.path_params["job_id"]
+    project, first = await run_in_threadpool(state.found_job, request, job_id)
+    config = state.config(request)
+
+    def read() -> streams.Data:
+        job = facade.get_job(project, job_id, config=config)
+        return None if job is None else state.job_json(job, project)
+
+    return streams.follow(request, state.job_json(first, project), read, streams.job_ended)
+
+
+routes = [
+    Route("/api/jobs", list_jobs, methods=["GET"]),
+    Route("/api/jobs", create_job, methods=["POST"]),
+    Route("/api/jobs/{job_id}", get_job, methods=["GET"]),
+    Route("/api/jobs/{job_id}/cancel", cancel_job, methods=["POST"]),
+    Route("/api/jobs/{job_id}/events", job_events, methods=["GET"]),
+    Route("/api/estimate", estimate, methods=["GET"]),
+]

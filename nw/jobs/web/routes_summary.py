@@ -1,0 +1,37 @@
+"""``/api/summary`` and its event stream: the tray's snapshot across the served projects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from nw.jobs import facade
+from nw.jobs.web import state, streams
+
+
+def snapshot(request: Request, actor: str | None) -> dict[str, Any]:
+    served = state.projects(request)
+    snap = facade.snapshot(served.all, actor=actor, config=state.config(request))
+    return {**snap, "projects": served.describe()}
+
+
+def summary(request: Request) -> JSONResponse:
+    return JSONResponse(snapshot(request, request.query_params.get("actor") or None))
+
+
+async def summary_events(request: Request) -> StreamingResponse:
+    """The snapshot on each change: one connection for the whole tray (browsers allow
+    six per host, so a stream per job would starve the page)."""
+    actor = request.query_params.get("actor") or None
+    first = await run_in_threadpool(snapshot, request, actor)
+    return streams.follow(request, first, lambda: snapshot(request, actor), None)
+
+
+routes = [
+    Route("/api/summary", summary, methods=["GET"]),
+    Route("/api/summary/events", summary_events, methods=["GET"]),
+]
