@@ -23,6 +23,10 @@ class JobStoreError(RuntimeError):
     """The job store cannot be read or written (corrupt file, lost database)."""
 
 
+class JobStoreUnreachable(JobStoreError):
+    """The job store's database could not be reached (connection lost, retries spent)."""
+
+
 class BudgetExceeded(Exception):
     """``enqueue`` refused a job the project's spend cap does not allow; nothing
     was written. The message names the cap, the committed spend and the quote."""

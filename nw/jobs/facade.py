@@ -170,8 +170,6 @@ def enqueue(
         except BaseException as exc:  # e.g. the runtime is shutting down
             _fail_unlaunched(store, row, exc, config)
             raise
-    elif created:
-        store.wake_workers()
     return project_row(row, config.clock(), config)
 
 

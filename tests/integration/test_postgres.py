@@ -26,7 +26,7 @@ def pg_url():
 @pytest.fixture
 def fresh_db(pg_url):
     """The URL of a new, empty database (dropped afterwards)."""
-    from nw.jobs.stores.pg_connect import close_pools
+    from nw.jobs.stores.postgres import close_pools
 
     name = f"nw_jobs_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -255,8 +255,7 @@ SECRET = "s3cr3t-Pa55w0rd"
 
 
 def test_a_password_in_the_url_never_reaches_errors_or_logs(caplog, tmp_path, monkeypatch):
-    from nw.jobs.stores.pg_connect import close_pools
-    from nw.jobs.stores.postgres import PostgresJobStore, migrate
+    from nw.jobs.stores.postgres import PostgresJobStore, close_pools, migrate
 
     monkeypatch.setenv("NW_JOBS_PG_RETRY_S", "0.5")
     caplog.set_level(logging.DEBUG)

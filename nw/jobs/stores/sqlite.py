@@ -39,6 +39,7 @@ from nw.jobs.stores.base import (
     split_record,
     utc_iso,
 )
+from nw.jobs.wake import WakeListener, wake_runners
 
 DB_NAME = "jobs.sqlite3"
 SCHEMA_VERSION = 1
@@ -252,6 +253,8 @@ class SqliteJobStore(JobStore):
                 record = {**record, **carry_over(existing.record)}
                 c.execute("DELETE FROM progress WHERE job_id = ?", (job_id,))
             self._insert(c, record, record["created_at"] if claimable else None)
+        if claimable:
+            self.wake_workers()  # after the commit: a woken worker finds the job
         return JobRow(dict(record), "pending"), True
 
     def _start_rows(
@@ -532,6 +535,15 @@ class SqliteJobStore(JobStore):
             "live_unknown": int(unknown),
             "lower_bound": bool(lower),
         }
+
+    # ----- waking idle workers ----------------------------------------------------
+    def wake_listener(self, runner_id: str) -> WakeListener:
+        """A Unix datagram socket; its address is announced in the runners table."""
+        return WakeListener(f"nw-jobs/{runner_id}")
+
+    def wake_workers(self) -> None:
+        """A datagram to each announced runner's wake address."""
+        wake_runners(self)
 
     # ----- raw access ------------------------------------------------------------
     def put_record(self, record: Mapping[str, Any]) -> None:
