@@ -38,6 +38,12 @@ CANCELLED = Status.CANCELLED
 TERMINAL_STATUSES: frozenset[Status] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 ACTIVE_STATUSES: frozenset[Status] = frozenset({QUEUED, RUNNING, CANCELLING})
 
+#: Who runs a job's body (a record's ``runner``): this process's pool, or a worker.
+RUNNER_INPROC = "inproc"
+RUNNER_WORKER = "worker"
+#: How records stored before ``RUNNER_INPROC`` named the in-process tier.
+RUNNER_INPROC_LEGACY = "local"
+
 ERROR_KIND_REFUSED = "refused"
 ERROR_KIND_CANCELLED = "cancelled"
 ERROR_KIND_CRASHED = "crashed"

@@ -29,7 +29,7 @@ def reap(store: JobStore, row: JobRow, now: float, config: JobsConfig) -> bool:
     rec = row.record
     job_id, attempt = rec["job_id"], rec.get("attempt")
     status = row.status.value
-    if status == "queued" and rec.get("runner") == "local":
+    if status == "queued" and liveness.runs_inproc(rec):
         log.warning("job %s: the process that queued it is gone", job_id)
     elif status == "cancelling":
         return _close(store, rec, now, ComputationStatus.CANCELLED, "cancelled")
@@ -59,7 +59,7 @@ def _close(store: JobStore, rec: dict, now: float, au_status: ComputationStatus,
 
 def owned_queued(row: JobRow) -> bool:
     """Queued for an in-process body: alive only while its owner process beats."""
-    return row.status.value == "queued" and row.record.get("runner") == "local"
+    return row.status.value == "queued" and liveness.runs_inproc(row.record)
 
 
 def _owner_beat(store: JobStore, row: JobRow, beats: dict[str, float] | None) -> float | None:
@@ -84,7 +84,7 @@ def _dead(
         row.record,
         now,
         config,
-        held_here=held,
+        held=held,
         owner_beat_at=_owner_beat(store, row, beats),
     )
 
@@ -94,7 +94,7 @@ def maybe_reap(
     row: JobRow,
     now: float,
     config: JobsConfig,
-    held_here: Callable[[str], bool],
+    holds: Callable[[str], bool],
     beats: dict[str, float] | None = None,
 ) -> JobRow:
     """The row, re-read after a reap when the liveness rule says the job is dead.
@@ -102,7 +102,7 @@ def maybe_reap(
     job_id = row.record["job_id"]
     if row.status not in ACTIVE_STATUSES:
         return row
-    if not _dead(store, row, now, config, held_here(job_id), beats):
+    if not _dead(store, row, now, config, holds(job_id), beats):
         return row
     reap(store, row, now, config)
     return store.get(job_id) or row
@@ -113,13 +113,13 @@ def runner_beats(store: JobStore) -> dict[str, float]:
 
 
 def reap_stale(
-    store: JobStore, now: float, config: JobsConfig, held_here: Callable[[str], bool]
+    store: JobStore, now: float, config: JobsConfig, holds: Callable[[str], bool]
 ) -> list[str]:
     """Every unfinished job of the store whose worker is gone (the periodic reaper)."""
     reaped = []
     beats = runner_beats(store)
     for row in store.live():
-        held = held_here(row.record["job_id"])
+        held = holds(row.record["job_id"])
         if _dead(store, row, now, config, held, beats) and reap(store, row, now, config):
             reaped.append(row.record["job_id"])
     return reaped
