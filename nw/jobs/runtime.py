@@ -20,7 +20,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from au import ComputationResult, ComputationStatus, Middleware, ThreadBackend
+from au import (
+    ComputationResult,
+    ComputationStatus,
+    ComputationStore,
+    Middleware,
+    ThreadBackend,
+)
 
 from nw.jobs.body import Launch, run_attempt
 from nw.jobs.learning import DurationLearningMiddleware
@@ -34,17 +40,21 @@ log = logging.getLogger("nw.jobs")
 class PooledThreadBackend(ThreadBackend):
     """au's thread backend, bounded: at most ``max_workers`` bodies at once.
 
-    The launched callable writes its own (fenced) terminal state, so this
-    backend only runs the middleware around it and never writes the store.
+    Its ``store`` is the job store's au ``ComputationStore`` (``StatusView``),
+    the single source of truth for a run's status. The launched callable
+    writes its own (fenced) terminal state through the job store, so this
+    backend only runs the middleware around it and never writes the store
+    itself (au's bare ``store[key] = COMPLETED`` would skip the fence).
     """
 
     def __init__(
         self,
+        store: ComputationStore,
         middleware: list[Middleware],
         max_workers: int,
         done: Callable[[str, tuple], None] | None = None,
     ):
-        super().__init__(store=None, middleware=middleware)
+        super().__init__(store=store, middleware=middleware)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="nw-job")
         self.max_workers = max_workers
         self._done = done
@@ -95,6 +105,7 @@ class Runtime:
         self._on_release = on_release
         self.learning = DurationLearningMiddleware(record=self._learn, config=config)
         self.backend = PooledThreadBackend(
+            store.status,
             [self.learning],
             config.max_concurrent,
             done=lambda key, args: self._release(key, args[-1]),

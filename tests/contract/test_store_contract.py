@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import uuid
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -626,6 +627,44 @@ def test_the_status_store_is_an_au_computation_store(store):
     assert len(status) == 1
     del status[a]
     assert store.get(a) is None
+
+
+def test_the_runtime_backend_reads_status_through_the_status_view(store):
+    # Given a runtime on the store (its au backend's ComputationStore is store.status)
+    from nw.jobs.model import JobsConfig
+    from nw.jobs.runtime import Runtime
+
+    (a,) = queued(store)
+    rt = Runtime(store, JobsConfig())
+    try:
+        # Then the backend reads each transition the store writes
+        assert rt.backend.store[a].status is ComputationStatus.PENDING
+        store.claim(["render"], now=T0 + 1, runner_id="w")
+        assert rt.backend.store[a].status is ComputationStatus.RUNNING
+        with pytest.raises(KeyError):
+            rt.backend.store[jid()]
+    finally:
+        rt.close()
+
+
+# ----- waking idle workers ----------------------------------------------------------------------
+def test_a_claimable_create_wakes_a_listening_worker_and_an_owned_one_does_not(store):
+    # Given an idle worker listening, announced in the runners table
+    listener = store.wake_listener(f"w-{uuid.uuid4().hex}")
+    try:
+        store.register_runner("w", {"role": "worker", "wake": listener.address}, now=T0)
+        listener.wait(0)  # nothing pending yet
+        # When a job only this process may run is created, the worker sleeps on
+        store.create(record(), claimable=False)
+        assert listener.wait(0.3) is False
+        # When a claimable job is created, the worker wakes (no second call needed)
+        store.create(record(), claimable=True)
+        assert listener.wait(5.0) is True
+        # And the explicit hook wakes it too
+        store.wake_workers()
+        assert listener.wait(5.0) is True
+    finally:
+        listener.close()
 
 
 def test_a_read_only_handle_refuses_writes(store, reader):
