@@ -71,9 +71,9 @@ class SqliteJobStore(JobStore):
             yield
         except sqlite3.DatabaseError as exc:
             where = f"job store {str(self.path)!r}"
-            raise JobStoreError(f"{where} {what}: {exc}" if what else f"{where}: {exc}") from (
-                None if what else exc
-            )
+            if what:  # opening: the driver's traceback adds nothing to the message
+                raise JobStoreError(f"{where} {what}: {exc}") from None
+            raise JobStoreError(f"{where}: {exc}") from exc
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
