@@ -21,7 +21,7 @@ Everything goes through the real code: the ``DurationLearningMiddleware``
 (before/after compute on a simulated monotonic clock) writes samples into a
 real ``SqliteJobStore`` in a temp dir; each submission asks ``eta_plan`` and
 ``predict_total_s`` about ``store.samples``; the 50%-progress read is
-``records.project`` of the job's index record (``new_record`` plus the
+``records.to_job`` of the job's index record (``new_record`` plus the
 progress fields the event sink would have written). Simulated time, no sleeps.
 
 Printed per confidence level at submission (``exact`` = declared cache hit):

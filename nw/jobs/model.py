@@ -1,6 +1,6 @@
 """The data the facade hands out: ``Job`` and its parts, ``JobsConfig``, ``Status``.
 
-Pure data, no I/O. A ``Job`` is a projection (see ``records.project``); nothing
+Pure data, no I/O. A ``Job`` is a projection (see ``records.to_job``); nothing
 reads a ``Job`` back into a store.
 """
 
