@@ -8,8 +8,10 @@ every backend. Every operation that decides something under concurrency
 racy read-then-write default.
 
 Two views keep the seed's split visible: ``status`` is an au
-``ComputationStore`` (the single source of truth for a run's status) and
-``index`` is a dol mapping of job records (the membership authority).
+``ComputationStore`` over the status entries (the single source of truth for
+a run's status; the runtime's au backend is built on it) and ``index`` is a
+dol mapping over the job records (the membership authority; whole-record
+writes and iteration). The hot paths read both in one statement (``JobRow``).
 
 Fencing: ``start``/``claim`` bump a job's ``attempt``; every write a body makes
 passes the attempt it was given, and a write whose attempt is no longer
