@@ -587,6 +587,27 @@ def test_spend_sums_finished_actuals_and_live_estimates(store):
     assert spend["live_unknown"] == 0
 
 
+def test_a_patch_replaces_top_level_fields_whatever_their_values(store):
+    # Given a job whose record holds an object, a list and a string
+    (a,) = queued(store)
+    store.patch(a, {"stage": {"name": "x", "i": 1}, "tags": [1, 2], "note": "n"}, attempt=None)
+    # When a patch sets them again (null among them) and adds scalars
+    fields = {"stage": {"name": "y"}, "tags": [3], "note": None, "pct": 5.5, "ok": True}
+    assert store.patch(a, fields, attempt=None)
+    # Then each is replaced whole (an object is not merged, a null is kept as null)
+    rec = store.get(a).record
+    assert rec["stage"] == {"name": "y"} and rec["tags"] == [3]
+    assert "note" in rec and rec["note"] is None
+    assert rec["pct"] == 5.5 and rec["ok"] is True and rec["label"] == "render"
+    # And columns are set, and cleared by a null, alike
+    assert store.patch(a, {"heartbeat_at": T0 + 5, "finished_at": T0 + 6}, attempt=None)
+    assert store.get(a).record["finished_at"] == T0 + 6
+    assert store.patch(a, {"finished_at": None, "heartbeat_at": None}, attempt=None)
+    rec = store.get(a).record
+    assert rec["finished_at"] is None and rec["heartbeat_at"] is None
+    assert [r.record["job_id"] for r in store.live()] == [a]
+
+
 # ----- the two views --------------------------------------------------------------------------
 def test_the_index_is_a_dol_mapping_of_records(store):
     index = store.index

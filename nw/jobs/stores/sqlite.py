@@ -46,8 +46,17 @@ DB_NAME = "jobs.sqlite3"
 SCHEMA_VERSION = 1
 Q = load_queries("sqlite_queries.sql")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: The columns a patch may set (``job_id`` never changes; ``actor_id`` mirrors ``actor``).
-_PATCHABLE = (*(name for name in COLUMNS if name != "job_id"), "actor_id")
+#: The columns the ``patch`` statement sets by flag; the indexed ones have a
+#: statement each (see ``patch`` in sqlite_queries.sql).
+_PATCHED_BY_FLAG = (
+    "kind",
+    "attempt",
+    "cancel_requested",
+    "started_at",
+    "heartbeat_at",
+    "runner_id",
+)
+_PATCHED_ALONE = ("created_at", "actor_id", "finished_at")
 
 
 def _dumps(value: Any) -> str:
@@ -271,11 +280,13 @@ class SqliteJobStore(JobStore):
     def _patch(
         self, c: sqlite3.Connection, job_id: str, fields: Mapping[str, Any], doc: str
     ) -> None:
-        """Set record fields: columns by their set flags, doc fields merged into
-        ``doc`` (the job's current doc text) at the top level."""
-        args: dict[str, Any] = {"job_id": job_id, "doc": None}
-        args.update({f"set_{name}": False for name in _PATCHABLE})
-        args.update(dict.fromkeys(_PATCHABLE))
+        """Set record fields: columns by their set flags (indexed ones by their
+        own statement), doc fields merged into ``doc`` (the job's current doc
+        text) at the top level."""
+        args: dict[str, Any] = {"job_id": job_id, "doc": None, "doc_patch": None}
+        args.update({f"set_{name}": False for name in _PATCHED_BY_FLAG})
+        args.update(dict.fromkeys(_PATCHED_BY_FLAG))
+        alone: list[str] = []
         merged: dict[str, Any] = {}
         for name, value in fields.items():
             if not _FIELD_NAME.fullmatch(name):
@@ -283,24 +294,38 @@ class SqliteJobStore(JobStore):
             if name == "job_id":
                 continue
             if name in COLUMNS:
-                args[f"set_{name}"] = True
                 args[name] = int(bool(value)) if name == "cancel_requested" else value
+                if name in _PATCHED_ALONE:
+                    alone.append(name)
+                else:
+                    args[f"set_{name}"] = True
             else:
-                merged[name] = _dumps(value)  # refuse what is not JSON before writing
+                merged[name] = value
         if "actor" in fields:
-            args["set_actor_id"], args["actor_id"] = True, actor_id_of(fields)
-        if merged:
-            try:
-                current = json.loads(doc)
-                if not isinstance(current, dict):
-                    raise ValueError("not an object")
-            except (TypeError, ValueError):
-                raise JobStoreError(
-                    f"job store {str(self.path)!r}: job {job_id}: malformed JSON"
-                ) from None
-            current.update({name: json.loads(text) for name, text in merged.items()})
-            args["doc"] = _dumps(current)
-        c.execute(Q["patch"], args)
+            args["actor_id"] = actor_id_of(fields)
+            alone.append("actor_id")
+        if any(value is None or isinstance(value, dict) for value in merged.values()):
+            args["doc"] = self._merged_doc(job_id, doc, merged)
+        elif merged:  # merged by SQLite: no parse and re-dump of the doc here
+            args["doc_patch"] = _dumps(merged)
+        if merged or any(args[f"set_{name}"] for name in _PATCHED_BY_FLAG):
+            c.execute(Q["patch"], args)
+        for name in alone:
+            c.execute(Q[f"patch_{name}"], args)
+
+    def _merged_doc(self, job_id: str, doc: str, fields: Mapping[str, Any]) -> str:
+        """``doc`` with these fields set at the top level (ValueError or TypeError,
+        before anything is written, when a value is not JSON)."""
+        try:
+            current = json.loads(doc)
+            if not isinstance(current, dict):
+                raise ValueError("not an object")
+        except (TypeError, ValueError):
+            raise JobStoreError(
+                f"job store {str(self.path)!r}: job {job_id}: malformed JSON"
+            ) from None
+        current.update(fields)
+        return _dumps(current)
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
         with self._cursor(write=True) as c:

@@ -126,21 +126,35 @@ SELECT attempt, doc FROM jobs WHERE job_id = :job_id;
 
 -- name: patch
 -- Record fields: a column is set when its :set_<column> flag is true (so a
--- null value clears it), else left as it is; :doc, when not null, is the
--- whole merged doc. One statement text whatever the fields.
+-- null value clears it), else left as it is. Doc fields: :doc_patch (a JSON
+-- object of scalars and arrays) is merged at the top level with json_patch;
+-- a patch holding a null or an object (which json_patch would delete or
+-- merge into) comes as :doc, the whole merged doc. One statement text
+-- whatever the fields. The indexed
+-- columns (created_at, actor_id, finished_at) are not here: SQLite rewrites
+-- the index entries of every column a SET names, changed or not, so each has
+-- its own statement, run only when a patch carries it.
 UPDATE jobs
-   SET created_at = CASE WHEN :set_created_at THEN :created_at ELSE created_at END,
-       kind = CASE WHEN :set_kind THEN :kind ELSE kind END,
-       actor_id = CASE WHEN :set_actor_id THEN :actor_id ELSE actor_id END,
+   SET kind = CASE WHEN :set_kind THEN :kind ELSE kind END,
        attempt = CASE WHEN :set_attempt THEN :attempt ELSE attempt END,
        cancel_requested = CASE WHEN :set_cancel_requested THEN :cancel_requested
                                ELSE cancel_requested END,
        started_at = CASE WHEN :set_started_at THEN :started_at ELSE started_at END,
-       finished_at = CASE WHEN :set_finished_at THEN :finished_at ELSE finished_at END,
        heartbeat_at = CASE WHEN :set_heartbeat_at THEN :heartbeat_at ELSE heartbeat_at END,
        runner_id = CASE WHEN :set_runner_id THEN :runner_id ELSE runner_id END,
-       doc = coalesce(:doc, doc)
+       doc = CASE WHEN :doc IS NOT NULL THEN :doc
+                  WHEN :doc_patch IS NOT NULL THEN json_patch(doc, :doc_patch)
+                  ELSE doc END
  WHERE job_id = :job_id;
+
+-- name: patch_created_at
+UPDATE jobs SET created_at = :created_at WHERE job_id = :job_id;
+
+-- name: patch_actor_id
+UPDATE jobs SET actor_id = :actor_id WHERE job_id = :job_id;
+
+-- name: patch_finished_at
+UPDATE jobs SET finished_at = :finished_at WHERE job_id = :job_id;
 
 -- name: finish_status
 -- The terminal status entry (no longer claimable).
