@@ -78,7 +78,7 @@ def _resolve_id(project, text: str) -> str:
     if store is None:
         raise UserError(f"no job {text!r} in {project.root} (it has no jobs)")
     try:
-        matches = [job_id for job_id in store.iter_ids() if job_id.startswith(text)]
+        matches = [job_id for job_id in store.index if job_id.startswith(text)]
     finally:
         store.close()
     if not matches:

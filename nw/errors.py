@@ -146,6 +146,10 @@ class JobStoreError(NwJobsError, RuntimeError):
     """The job store cannot be read or written (corrupt file, lost database)."""
 
 
+class JobStoreUnreachable(JobStoreError):
+    """The job store's database could not be reached (connection lost, retries spent)."""
+
+
 # ----- signals between parts -----------------------------------------------------------------
 class JobRefused(NwJobsError):
     """A body declines the work with a message for the person (not a bug)."""

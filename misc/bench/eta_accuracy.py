@@ -21,7 +21,7 @@ Everything goes through the real code: the ``DurationLearningMiddleware``
 (before/after compute on a simulated monotonic clock) writes samples into a
 real ``SqliteJobStore`` in a temp dir; each submission asks ``eta_plan`` and
 ``predict_total_s`` about ``store.samples``; the 50%-progress read is
-``records.project`` of the job's index record (``new_record`` plus the
+``records.to_job`` of the job's index record (``new_record`` plus the
 progress fields the event sink would have written). Simulated time, no sleeps.
 
 Printed per confidence level at submission (``exact`` = declared cache hit):
@@ -52,8 +52,7 @@ from au import ComputationResult, ComputationStatus
 from nw.jobs import eta
 from nw.jobs.learning import DurationLearningMiddleware
 from nw.jobs.model import JobsConfig
-from nw.jobs.records import JobRow, new_record
-from nw.jobs.records import project as project_row
+from nw.jobs.records import JobRow, new_record, to_job
 from nw.jobs.stores.sqlite import SqliteJobStore
 
 CONFIG = JobsConfig()
@@ -226,7 +225,7 @@ def _submit(job: Sim, store: SqliteJobStore, now: float) -> None:
         plan=plan,
         prediction=eta.prediction_fields(plan, durations, CONFIG),
         estimated_usd=None,
-        runner="local",
+        runner="inproc",
         max_attempts=1,
     )
     job.out["record"]["started_at"] = now
@@ -241,7 +240,7 @@ def _half(job: Sim, now: float) -> None:
             rec.update(fields, progress_at=start + t)
     for noise in NOISES:
         cfg = replace(CONFIG, progress_noise=noise)
-        view = project_row(JobRow(rec, "running"), now, cfg)
+        view = to_job(JobRow(rec, "running"), now, cfg)
         job.out[f"half{noise}"] = view
     job.out["half_observed"] = eta.observed_fraction(rec) is not None
 

@@ -21,9 +21,16 @@ from nw.errors import InvalidType, InvalidValue, UnknownKind
 from nw.jobs import costing, credentials, eta, ids, kinds, recovery
 from nw.jobs.body import Launch
 from nw.jobs.costing import quote_for
-from nw.jobs.model import ACTIVE_STATUSES, DEFAULT_CONFIG, Job, JobsConfig, Status
-from nw.jobs.records import JobRow, new_record
-from nw.jobs.records import project as project_row
+from nw.jobs.model import (
+    ACTIVE_STATUSES,
+    DEFAULT_CONFIG,
+    RUNNER_INPROC,
+    RUNNER_WORKER,
+    Job,
+    JobsConfig,
+    Status,
+)
+from nw.jobs.records import JobRow, new_record, to_job
 from nw.jobs.runtime import LocalRuntimes, Runtime, existing_runtime, runtime_for
 from nw.jobs.stores import open_store, shared_store, store_location
 from nw.jobs.stores.base import JobStore
@@ -148,11 +155,11 @@ def enqueue(
         plan=plan,
         prediction=prediction,
         estimated_usd=quote.estimated_usd,
-        runner="local" if fn is not None else "worker",
+        runner=RUNNER_INPROC if fn is not None else RUNNER_WORKER,
         max_attempts=max_attempts if retryable else 1,
         actor=who,
         retryable=retryable,
-        runner_id=rt.runner_id if rt is not None else None,  # who owns a local job
+        runner_id=rt.runner_id if rt is not None else None,  # who owns an in-process job
     )
     admit = None
     if config.budget_usd is not None:
@@ -183,16 +190,14 @@ def enqueue(
         except BaseException as exc:  # e.g. the runtime is shutting down
             _fail_unlaunched(store, row, exc, config)
             raise
-    elif created:
-        store.wake_workers()
-    return project_row(row, config.clock(), config)
+    return to_job(row, config.clock(), config)
 
 
 def _dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> bool:
     """A resubmit found a live job: is it really alive? A job whose worker died
     is closed now (the same rule as on read), so the resubmit runs again."""
-    held = rt.holds if rt is not None else (lambda _id: False)
-    fresh = recovery.maybe_reap(store, row, config.clock(), config, held)
+    holds = rt.holds if rt is not None else (lambda _id: False)
+    fresh = recovery.maybe_reap(store, row, config.clock(), config, holds)
     return fresh.status not in ACTIVE_STATUSES
 
 
@@ -217,10 +222,10 @@ def _read(
 ) -> Job:
     """Project one row for a per-project view: reap a dead worker's job, keep pct monotonic."""
     now = config.clock()
-    held = rt.holds if rt is not None else (lambda _id: False)
+    holds = rt.holds if rt is not None else (lambda _id: False)
     if not store.read_only:
-        row = recovery.maybe_reap(store, row, now, config, held, beats)
-    job = project_row(row, now, config)
+        row = recovery.maybe_reap(store, row, now, config, holds, beats)
+    job = to_job(row, now, config)
     floor = row.record.get("pct_floor")
     if (
         not store.read_only
@@ -281,7 +286,7 @@ def cancel_job(
         return None
     if rt is not None:
         rt.local_cancel(job_id)
-    return project_row(row, config.clock(), config)
+    return to_job(row, config.clock(), config)
 
 
 def summarize(
@@ -301,8 +306,7 @@ def summarize(
     try:
         now = config.clock()
         return [
-            project_row(r, now, config)
-            for r in store.page(status=status, actor_id=actor, limit=limit)
+            to_job(r, now, config) for r in store.page(status=status, actor_id=actor, limit=limit)
         ]
     finally:
         store.close()
@@ -336,7 +340,7 @@ def snapshot(
             store.close()
         latest = {row.record["job_id"]: row for row in rows}  # a job that finished between
         for row in latest.values():  # the two reads appears once, as finished
-            job = project_row(row, now, config)
+            job = to_job(row, now, config)
             (recent if job.is_terminal else active).append((str(project.root), job))
     active.sort(key=lambda pj: pj[1].created_at, reverse=True)
     recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)

@@ -125,7 +125,7 @@ class DurationLearningMiddleware(Middleware):
         with self._lock:
             self.started[key] = self._clock()
 
-    def holds(self, key: str) -> bool:
+    def is_running(self, key: str) -> bool:
         with self._lock:
             return key in self.started
 

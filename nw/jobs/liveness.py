@@ -9,7 +9,7 @@ process holds it and its heartbeat is stale (older than
 ``heartbeat_stale_s``) or, when it never beat, it started more than
 ``stale_running_s`` ago. Every start stamps a first beat, so a killed worker
 is found within ``heartbeat_stale_s``; the long rule only covers records that
-never beat at all. A job queued for an in-process body (``runner == "local"``)
+never beat at all. A job queued for an in-process body (``runs_inproc``)
 can only ever run in the process that enqueued it, so it is closed when that
 process's runner beat is stale or gone: otherwise it would wait forever.
 """
@@ -19,9 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nw.jobs.model import JobsConfig
+from nw.jobs.model import RUNNER_INPROC, RUNNER_INPROC_LEGACY, JobsConfig
 
 _LIVE = ("running", "cancelling")
+
+
+def runs_inproc(record: Mapping[str, Any]) -> bool:
+    """The job's body runs in the process that enqueued it (records stored
+    before the rename say ``local``)."""
+    return record.get("runner") in (RUNNER_INPROC, RUNNER_INPROC_LEGACY)
 
 
 def worker_silent_s(record: Mapping[str, Any], now: float) -> float | None:
@@ -48,12 +54,13 @@ def should_reap(
     now: float,
     config: JobsConfig,
     *,
-    held_here: bool,
+    held: bool,
     owner_beat_at: float | None = None,
 ) -> bool:
-    if held_here:
+    """``held``: a thread of this process holds the job (it is alive)."""
+    if held:
         return False
-    if status == "queued" and record.get("runner") == "local":
+    if status == "queued" and runs_inproc(record):
         return owner_beat_at is None or now - owner_beat_at >= config.heartbeat_stale_s
     if status not in _LIVE:
         return False

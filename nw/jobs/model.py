@@ -1,6 +1,6 @@
 """The data the facade hands out: ``Job`` and its parts, ``JobsConfig``, ``Status``.
 
-Pure data, no I/O. A ``Job`` is a projection (see ``records.project``); nothing
+Pure data, no I/O. A ``Job`` is a projection (see ``records.to_job``); nothing
 reads a ``Job`` back into a store.
 """
 
@@ -39,6 +39,12 @@ FAILED = Status.FAILED
 CANCELLED = Status.CANCELLED
 TERMINAL_STATUSES: frozenset[Status] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 ACTIVE_STATUSES: frozenset[Status] = frozenset({QUEUED, RUNNING, CANCELLING})
+
+#: Who runs a job's body (a record's ``runner``): this process's pool, or a worker.
+RUNNER_INPROC = "inproc"
+RUNNER_WORKER = "worker"
+#: How records stored before ``RUNNER_INPROC`` named the in-process tier.
+RUNNER_INPROC_LEGACY = "local"
 
 ERROR_KIND_REFUSED = "refused"
 ERROR_KIND_CANCELLED = "cancelled"

@@ -64,8 +64,9 @@ def new_record(
     retryable: bool = False,
     runner_id: str | None = None,
 ) -> dict[str, Any]:
-    """A queued job's record. ``runner`` is ``local`` (an in-process body owned
-    by the runner ``runner_id``) or ``worker`` (claimable by worker processes)."""
+    """A queued job's record. ``runner`` is ``RUNNER_INPROC`` (an in-process body
+    owned by the runner ``runner_id``) or ``RUNNER_WORKER`` (claimable by worker
+    processes)."""
     return {
         "job_id": job_id,
         "kind": kind,
@@ -127,7 +128,8 @@ def _dt(ts: Any) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
 
 
-def project(row: JobRow, now: float, config: JobsConfig) -> Job:
+def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
+    """The ``Job`` a stored row reads as at ``now`` (status, ETA, cost, liveness)."""
     rec = row.record
     status = row.status
     created, started, finished = (

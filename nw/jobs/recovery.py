@@ -33,7 +33,7 @@ def reap(
     rec = row.record
     job_id, attempt = rec["job_id"], rec.get("attempt")
     status = row.status.value
-    orphaned = status == "queued" and rec.get("runner") == "local"
+    orphaned = status == "queued" and liveness.runs_inproc(rec)
     ending = outcome.Ending(
         outcome.Ended.ORPHANED if orphaned else outcome.Ended.LOST,
         last_sign_of_life(rec, now, owner_beat_at),
@@ -62,7 +62,7 @@ def last_sign_of_life(rec: Mapping[str, Any], now: float, owner_beat_at: float |
 
 def owned_queued(row: JobRow) -> bool:
     """Queued for an in-process body: alive only while its owner process beats."""
-    return row.status.value == "queued" and row.record.get("runner") == "local"
+    return row.status.value == "queued" and liveness.runs_inproc(row.record)
 
 
 def _owner_beat(store: JobStore, row: JobRow, beats: dict[str, float] | None) -> float | None:
@@ -82,7 +82,7 @@ def _dead(
         row.record,
         now,
         config,
-        held_here=held,
+        held=held,
         owner_beat_at=owner_beat_at,
     )
 
@@ -92,7 +92,7 @@ def maybe_reap(
     row: JobRow,
     now: float,
     config: JobsConfig,
-    held_here: Callable[[str], bool],
+    holds: Callable[[str], bool],
     beats: dict[str, float] | None = None,
 ) -> JobRow:
     """The row, re-read after a reap when the liveness rule says the job is dead.
@@ -101,7 +101,7 @@ def maybe_reap(
     if row.status not in ACTIVE_STATUSES:
         return row
     owner_beat_at = _owner_beat(store, row, beats)
-    if not _dead(row, now, config, held_here(job_id), owner_beat_at):
+    if not _dead(row, now, config, holds(job_id), owner_beat_at):
         return row
     reap(store, row, now, config, owner_beat_at)
     return store.get(job_id) or row
@@ -112,13 +112,13 @@ def runner_beats(store: JobStore) -> dict[str, float]:
 
 
 def reap_stale(
-    store: JobStore, now: float, config: JobsConfig, held_here: Callable[[str], bool]
+    store: JobStore, now: float, config: JobsConfig, holds: Callable[[str], bool]
 ) -> list[str]:
     """Every unfinished job of the store whose worker is gone (the periodic reaper)."""
     reaped = []
     beats = runner_beats(store)
     for row in store.live():
-        held = held_here(row.record["job_id"])
+        held = holds(row.record["job_id"])
         owner_beat_at = _owner_beat(store, row, beats)
         dead = _dead(row, now, config, held, owner_beat_at)
         if dead and reap(store, row, now, config, owner_beat_at):

@@ -20,11 +20,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from au import ComputationResult, ComputationStatus, Middleware, ThreadBackend
+from au import (
+    ComputationResult,
+    ComputationStatus,
+    ComputationStore,
+    Middleware,
+    ThreadBackend,
+)
 
 from nw.jobs.body import Launch, run_attempt
 from nw.jobs.learning import DurationLearningMiddleware
-from nw.jobs.model import JobsConfig
+from nw.jobs.model import RUNNER_INPROC, JobsConfig
 from nw.jobs.records import JobRow
 from nw.jobs.stores.base import JobStore
 
@@ -34,17 +40,21 @@ log = logging.getLogger("nw.jobs")
 class PooledThreadBackend(ThreadBackend):
     """au's thread backend, bounded: at most ``max_workers`` bodies at once.
 
-    The launched callable writes its own (fenced) terminal state, so this
-    backend only runs the middleware around it and never writes the store.
+    Its ``store`` is the job store's au ``ComputationStore`` (``StatusView``),
+    the single source of truth for a run's status. The launched callable
+    writes its own (fenced) terminal state through the job store, so this
+    backend only runs the middleware around it and never writes the store
+    itself (au's bare ``store[key] = COMPLETED`` would skip the fence).
     """
 
     def __init__(
         self,
+        store: ComputationStore,
         middleware: list[Middleware],
         max_workers: int,
         done: Callable[[str, tuple], None] | None = None,
     ):
-        super().__init__(store=None, middleware=middleware)
+        super().__init__(store=store, middleware=middleware)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="nw-job")
         self.max_workers = max_workers
         self._done = done
@@ -84,7 +94,7 @@ class Runtime:
         store: JobStore,
         config: JobsConfig,
         *,
-        role: str = "inproc",
+        role: str = RUNNER_INPROC,
         runner_id: str | None = None,
         info: dict[str, Any] | None = None,
         on_release: Callable[[str], None] | None = None,
@@ -95,11 +105,12 @@ class Runtime:
         self._on_release = on_release
         self.learning = DurationLearningMiddleware(record=self._learn, config=config)
         self.backend = PooledThreadBackend(
+            store.status,
             [self.learning],
             config.max_concurrent,
             done=lambda key, args: self._release(key, args[-1]),
         )
-        self._held: dict[str, Launch] = {}
+        self._launches: dict[str, Launch] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -123,21 +134,21 @@ class Runtime:
     def holds(self, job_id: str) -> bool:
         """This process holds the job: running it (the learning middleware's
         started map) or keeping it queued for a free pool thread."""
-        if self.learning.holds(job_id):
+        if self.learning.is_running(job_id):
             return True
         with self._lock:
-            return job_id in self._held
+            return job_id in self._launches
 
     def local_cancel(self, job_id: str) -> None:
         with self._lock:
-            launch = self._held.get(job_id)
+            launch = self._launches.get(job_id)
         if launch is not None:
             launch.cancel.set()
 
     def submit(self, job_id: str, launch: Launch) -> None:
         """Run a job this process enqueued, when a pool thread is free."""
         with self._lock:
-            self._held[job_id] = launch
+            self._launches[job_id] = launch
         self._ensure_beater()
         self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id)
 
@@ -145,7 +156,7 @@ class Runtime:
         """Run a job a worker already claimed (the row is running, attempt bumped)."""
         job_id = row.record["job_id"]
         with self._lock:
-            self._held[job_id] = launch
+            self._launches[job_id] = launch
         self._ensure_beater()
         self.backend.launch(self._run, (row, launch), {}, job_id)
 
@@ -172,24 +183,24 @@ class Runtime:
     def _release(self, job_id: str, launch: Launch | None = None) -> None:
         with self._lock:
             # A re-run of the same id may already hold the slot: only drop our own.
-            if launch is None or self._held.get(job_id) is launch:
-                self._held.pop(job_id, None)
+            if launch is None or self._launches.get(job_id) is launch:
+                self._launches.pop(job_id, None)
             self._idle.notify_all()
         if self._on_release is not None:
             self._on_release(job_id)
 
-    def held(self) -> list[str]:
+    def held_jobs(self) -> list[str]:
         with self._lock:
-            return list(self._held)
+            return list(self._launches)
 
     @property
     def busy(self) -> int:
         with self._lock:
-            return len(self._held)
+            return len(self._launches)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._lock:
-            return self._idle.wait_for(lambda: not self._held, timeout=timeout)
+            return self._idle.wait_for(lambda: not self._launches, timeout=timeout)
 
     # ----- heartbeat -------------------------------------------------------------
     def _ensure_beater(self) -> None:
@@ -202,7 +213,7 @@ class Runtime:
 
     def beat_once(self) -> None:
         with self._lock:
-            running = {j: la for j, la in self._held.items() if self.learning.holds(j)}
+            running = {j: la for j, la in self._launches.items() if self.learning.is_running(j)}
         now = self.config.clock()
         cancelled = self.store.beat(list(running), now=now, runner_id=self.runner_id)
         for job_id in cancelled:

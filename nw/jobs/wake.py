@@ -1,8 +1,9 @@
 """Waking idle workers when a job is queued (embedded store: Unix datagrams).
 
 A worker announces a wake address (an abstract Unix socket, Linux) in the
-runners table; ``enqueue`` sends each one a byte. A worker that misses it
-still finds the job on its slow poll, so a lost wake costs latency, never a job.
+runners table; the embedded store's ``create`` of a claimable job sends each
+one a byte. A worker that misses it still finds the job on its slow poll, so a
+lost wake costs latency, never a job.
 """
 
 from __future__ import annotations
@@ -11,14 +12,18 @@ import contextlib
 import socket
 import sys
 import time
+from typing import Any, Protocol
 
-from nw.jobs.stores.base import JobStore
+
+class _AnnouncesRunners(Protocol):
+    def runners(self) -> list[dict[str, Any]]: ...
+
 
 _CACHE_S = 1.0
 _cache: dict[int, tuple[float, list[str]]] = {}
 
 
-def wake_runners(store: JobStore) -> None:
+def wake_runners(store: _AnnouncesRunners) -> None:
     if not sys.platform.startswith("linux"):
         return
     now = time.monotonic()

@@ -39,7 +39,7 @@ from au import ComputationStatus
 from nw.errors import InvalidSetting, NwJobsError
 from nw.jobs import credentials, kinds, outcome, recovery
 from nw.jobs.body import Launch
-from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
+from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
 from nw.jobs.records import JobRow
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
@@ -97,7 +97,7 @@ class Worker:
             rt = Runtime(
                 store,
                 config,
-                role="worker",
+                role=RUNNER_WORKER,
                 runner_id=self.runner_id,
                 info={"wake": self._listener.address, "kinds": self._kinds},
                 on_release=self._released,
@@ -260,7 +260,7 @@ class Worker:
             rt.wait_idle(timeout=max(deadline - time.monotonic(), 0.0))
         leftover = 0
         for rt in self.runtimes:
-            for job_id in rt.held():  # still running after the grace: put them back
+            for job_id in rt.held_jobs():  # still running after the grace: put them back
                 leftover += self._put_back(rt, job_id)
             rt.close(wait=False)
         if self._listener is not None:

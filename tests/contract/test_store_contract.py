@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import uuid
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -586,6 +587,27 @@ def test_spend_sums_finished_actuals_and_live_estimates(store):
     assert spend["live_unknown"] == 0
 
 
+def test_a_patch_replaces_top_level_fields_whatever_their_values(store):
+    # Given a job whose record holds an object, a list and a string
+    (a,) = queued(store)
+    store.patch(a, {"stage": {"name": "x", "i": 1}, "tags": [1, 2], "note": "n"}, attempt=None)
+    # When a patch sets them again (null among them) and adds scalars
+    fields = {"stage": {"name": "y"}, "tags": [3], "note": None, "pct": 5.5, "ok": True}
+    assert store.patch(a, fields, attempt=None)
+    # Then each is replaced whole (an object is not merged, a null is kept as null)
+    rec = store.get(a).record
+    assert rec["stage"] == {"name": "y"} and rec["tags"] == [3]
+    assert "note" in rec and rec["note"] is None
+    assert rec["pct"] == 5.5 and rec["ok"] is True and rec["label"] == "render"
+    # And columns are set, and cleared by a null, alike
+    assert store.patch(a, {"heartbeat_at": T0 + 5, "finished_at": T0 + 6}, attempt=None)
+    assert store.get(a).record["finished_at"] == T0 + 6
+    assert store.patch(a, {"finished_at": None, "heartbeat_at": None}, attempt=None)
+    rec = store.get(a).record
+    assert rec["finished_at"] is None and rec["heartbeat_at"] is None
+    assert [r.record["job_id"] for r in store.live()] == [a]
+
+
 # ----- the two views --------------------------------------------------------------------------
 def test_the_index_is_a_dol_mapping_of_records(store):
     index = store.index
@@ -626,6 +648,44 @@ def test_the_status_store_is_an_au_computation_store(store):
     assert len(status) == 1
     del status[a]
     assert store.get(a) is None
+
+
+def test_the_runtime_backend_reads_status_through_the_status_view(store):
+    # Given a runtime on the store (its au backend's ComputationStore is store.status)
+    from nw.jobs.model import JobsConfig
+    from nw.jobs.runtime import Runtime
+
+    (a,) = queued(store)
+    rt = Runtime(store, JobsConfig())
+    try:
+        # Then the backend reads each transition the store writes
+        assert rt.backend.store[a].status is ComputationStatus.PENDING
+        store.claim(["render"], now=T0 + 1, runner_id="w")
+        assert rt.backend.store[a].status is ComputationStatus.RUNNING
+        with pytest.raises(KeyError):
+            rt.backend.store[jid()]
+    finally:
+        rt.close()
+
+
+# ----- waking idle workers ----------------------------------------------------------------------
+def test_a_claimable_create_wakes_a_listening_worker_and_an_owned_one_does_not(store):
+    # Given an idle worker listening, announced in the runners table
+    listener = store.wake_listener(f"w-{uuid.uuid4().hex}")
+    try:
+        store.register_runner("w", {"role": "worker", "wake": listener.address}, now=T0)
+        listener.wait(0)  # nothing pending yet
+        # When a job only this process may run is created, the worker sleeps on
+        store.create(record(), claimable=False)
+        assert listener.wait(0.3) is False
+        # When a claimable job is created, the worker wakes (no second call needed)
+        store.create(record(), claimable=True)
+        assert listener.wait(5.0) is True
+        # And the explicit hook wakes it too
+        store.wake_workers()
+        assert listener.wait(5.0) is True
+    finally:
+        listener.close()
 
 
 def test_a_read_only_handle_refuses_writes(store, reader):

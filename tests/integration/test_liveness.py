@@ -152,6 +152,6 @@ def test_a_workers_reaper_leaves_a_live_processs_queued_jobs_alone(project, cfg,
     waiting = jobs.enqueue(project, "r", {"n": 2}, dispatch={"r": gate}, config=one)
     store = shared_store(project, one, create=False)
     # a worker process holds none of this process's jobs
-    reaped = recovery.reap_stale(store, one.clock(), one, held_here=lambda _id: False)
+    reaped = recovery.reap_stale(store, one.clock(), one, holds=lambda _id: False)
     assert reaped == []
     assert jobs.get_job(project, waiting.job_id, config=one).status == jobs.QUEUED

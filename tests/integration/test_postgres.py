@@ -26,7 +26,7 @@ def pg_url():
 @pytest.fixture
 def fresh_db(pg_url):
     """The URL of a new, empty database (dropped afterwards)."""
-    from nw.jobs.stores.pg_connect import close_pools
+    from nw.jobs.stores.postgres import close_pools
 
     name = f"nw_jobs_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -255,8 +255,7 @@ SECRET = "s3cr3t-Pa55w0rd"
 
 
 def test_a_password_in_the_url_never_reaches_errors_or_logs(caplog, tmp_path, monkeypatch):
-    from nw.jobs.stores.pg_connect import close_pools
-    from nw.jobs.stores.postgres import PostgresJobStore, migrate
+    from nw.jobs.stores.postgres import PostgresJobStore, close_pools, migrate
 
     monkeypatch.setenv("NW_JOBS_PG_RETRY_S", "0.5")
     caplog.set_level(logging.DEBUG)
@@ -290,3 +289,48 @@ def test_a_store_shows_its_url_without_the_password(pg_url):
     store = PostgresJobStore(base, f"show-{uuid.uuid4().hex}")
     assert SECRET not in repr(store) and SECRET not in store.db.display
     assert POSTGRES_URL.split("@")[1] in store.db.display
+
+
+# ----- driver errors, classified by type ---------------------------------------------------------
+def test_an_unreachable_database_and_a_refused_statement_are_told_apart_by_type(pg_url):
+    from nw.jobs.errors import JobStoreUnreachable
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    # An unreachable database: JobStoreUnreachable (a JobStoreError) once retries are spent
+    with pytest.raises(JobStoreUnreachable, match="unreachable"):
+        PostgresJobStore("postgresql://nw@127.0.0.1:1/nowhere?connect_timeout=1", "p", retry_s=0.3)
+    # A statement the database refuses: a JobStoreError that is not "unreachable"
+    store = PostgresJobStore(pg_url, f"errors-{uuid.uuid4().hex}")
+    with pytest.raises(JobStoreError) as info:
+        store.db.run(lambda conn, _retried: conn.execute("SELECT 1 / 0"), what="dividing")
+    assert not isinstance(info.value, JobStoreUnreachable)
+
+
+def test_a_finish_the_database_refuses_fails_alone_in_its_batch(pg_url):
+    from au import ComputationStatus
+
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    # Given two running jobs
+    store = PostgresJobStore(pg_url, f"batch-{uuid.uuid4().hex}")
+    try:
+        good, bad = (record(kind="render", at=1_700_000_000.0 + i) for i in range(2))
+        for rec in (good, bad):
+            store.create(rec, claimable=True)
+        claimed = store.claim(["render"], now=1_800_000_000.0, runner_id="w", limit=2)
+        attempt = {r.record["job_id"]: r.record["attempt"] for r in claimed}
+        item = {"au_status": ComputationStatus.FAILED.value, "value": None, "cols": {}, "doc": {}}
+        # When one batch holds a finish PostgreSQL refuses (a NUL in text) and a good one
+        g, b = good["job_id"], bad["job_id"]
+        results = store._finish_many(
+            [
+                {**item, "job_id": g, "attempt": attempt[g], "error": "x"},
+                {**item, "job_id": b, "attempt": attempt[b], "error": "\0"},
+            ]
+        )
+        # Then the good one is written and only the bad one reports the error
+        assert results[0] is True and isinstance(results[1], JobStoreError)
+        assert store.get(g).status.value == "failed"
+        assert store.get(b).status.value == "running"
+    finally:
+        store.purge()

@@ -11,7 +11,7 @@ from nw.jobs.body import Launch, run_attempt
 from nw.jobs.model import JobsConfig
 from nw.jobs.outcome import backoff_delay
 from nw.jobs.records import attempt_in_run
-from nw.jobs.records import project as project_row
+from nw.jobs.records import to_job
 
 ID = "b" * 64
 
@@ -96,7 +96,7 @@ def test_a_body_cancelled_on_request_ends_cancelled_however_it_stops(
 
     run_attempt(store, row, Launch(fn=body, project=None), config)
     got = store.get(ID)
-    job = project_row(got, clock.now, config)
+    job = to_job(got, clock.now, config)
     assert job.status == "cancelled" and job.error_kind == "cancelled"
     assert job.error.startswith("cancelled on request")
     if stops != "returned-without-looking":  # what the attempt knew, it wrote

@@ -89,11 +89,11 @@ def test_the_middleware_times_itself_and_its_started_map_is_the_liveness_signal(
     clock, recorded = Clock(), []
     mw = DurationLearningMiddleware(record=recorded.append, clock=clock)
     mw.before_compute(None, (), {}, "job1")
-    assert mw.holds("job1") and not mw.holds("job2")
+    assert mw.is_running("job1") and not mw.is_running("job2")
     clock.t += 7.5
     mw.after_compute("job1", _done(_meta(SPECIFIC)))
     assert recorded == [{"flux|t2i|0-4s": 7.5, "flux|t2i": 7.5}]
-    assert not mw.holds("job1")
+    assert not mw.is_running("job1")
 
 
 def test_failures_and_errors_teach_nothing_and_release_the_job():
@@ -105,7 +105,7 @@ def test_failures_and_errors_teach_nothing_and_release_the_job():
     mw.after_compute("a", _done(_meta(SPECIFIC), ComputationStatus.FAILED))
     mw.on_error("b", RuntimeError("boom"))
     assert recorded == []
-    assert not mw.holds("a") and not mw.holds("b")
+    assert not mw.is_running("a") and not mw.is_running("b")
 
 
 def test_a_cached_result_is_timed_but_not_recorded():
@@ -114,7 +114,7 @@ def test_a_cached_result_is_timed_but_not_recorded():
     mw.before_compute(None, (), {}, "a")
     clock.t += 0.2
     mw.after_compute("a", _done(_meta(SPECIFIC, cached=True)))
-    assert recorded == [] and not mw.holds("a")
+    assert recorded == [] and not mw.is_running("a")
 
 
 # ----- through a real body and store -------------------------------------------------
@@ -145,7 +145,7 @@ def test_a_real_run_teaches_durations_and_progress_and_keeps_the_newest_window(t
         pred = eta.prediction_fields(plan, {}, config)
         record = new_record(
             job_id=job_id, kind="k", label="k", idempotency_key=job_id, params=params,
-            now=wall(), plan=plan, prediction=pred, estimated_usd=None, runner="local",
+            now=wall(), plan=plan, prediction=pred, estimated_usd=None, runner="inproc",
             max_attempts=1,
         )  # fmt: skip
         store.create(record, claimable=False)

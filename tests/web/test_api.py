@@ -462,7 +462,7 @@ def test_a_failing_store_answers_503_naming_it(project, cfg, monkeypatch):
             assert "job store" in response.json()["error"]
     finally:
         if cfg.database_url:  # the pool for the dead address would retry for ever
-            from nw.jobs.stores.pg_connect import close_pools
+            from nw.jobs.stores.postgres import close_pools
 
             close_pools()
 

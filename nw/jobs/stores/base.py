@@ -8,8 +8,10 @@ every backend. Every operation that decides something under concurrency
 racy read-then-write default.
 
 Two views keep the seed's split visible: ``status`` is an au
-``ComputationStore`` (the single source of truth for a run's status) and
-``index`` is a dol mapping of job records (the membership authority).
+``ComputationStore`` over the status entries (the single source of truth for
+a run's status; the runtime's au backend is built on it) and ``index`` is a
+dol mapping over the job records (the membership authority; whole-record
+writes and iteration). The hot paths read both in one statement (``JobRow``).
 
 Fencing: ``start``/``claim`` bump a job's ``attempt``; every write a body makes
 passes the attempt it was given, and a write whose attempt is no longer
@@ -177,19 +179,16 @@ class JobStore(ABC):
         lower bound or was never reported; a job that never started spent nothing)."""
 
     # ----- waking idle workers --------------------------------------------------
+    @abstractmethod
     def wake_listener(self, runner_id: str) -> Any:
-        """An object with ``address``, ``wait(timeout) -> bool`` and ``close()``
-        that returns early from ``wait`` when a job is queued (embedded store:
-        a Unix datagram socket; PostgreSQL overrides with LISTEN)."""
-        from nw.jobs.wake import WakeListener
+        """A worker's end: an object with ``address``, ``wait(timeout) -> bool``,
+        ``also(store)`` and ``close()``, whose ``wait`` returns early when a job
+        is queued."""
 
-        return WakeListener(f"nw-jobs/{runner_id}")
-
+    @abstractmethod
     def wake_workers(self) -> None:
-        """Tell idle workers a job was queued (best effort; they also poll)."""
-        from nw.jobs.wake import wake_runners
-
-        wake_runners(self)
+        """Tell idle workers a job was queued (best effort; they also poll).
+        ``create`` of a claimable job does it by itself."""
 
     # ----- raw access behind the views ------------------------------------------
     @abstractmethod

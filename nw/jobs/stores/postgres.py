@@ -38,10 +38,17 @@ Concurrency, in one statement per transition where possible:
   deadlock; a deadlock or serialization failure is retried anyway.
 * waking: ``create`` of a claimable job sends ``NOTIFY nw_jobs_<project>`` in
   the same statement (delivered at commit); workers ``LISTEN`` on it.
+
+The statements are in ``sql/postgres_queries.sql``, by name; rows are read by
+column name. The plumbing is beside this module: ``pg_database`` (the retry
+loop, and the one place psycopg errors become ``JobStoreError``),
+``pg_pool``, ``pg_schema`` (migrations), ``pg_listen`` (LISTEN),
+``pg_secrets`` (passwords kept out of errors and logs).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import uuid
@@ -54,308 +61,27 @@ from au import ComputationResult, ComputationStatus
 from psycopg.types.json import Jsonb
 
 from nw.canonical import stored_json
-from nw.jobs.errors import JobStoreError
+from nw.jobs.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.records import JobRow
 from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, carry_over, split_record
-from nw.jobs.stores.pg_connect import (
-    Database,
-    GroupCommit,
-    PgWakeListener,
-    RetryNow,
-    close_pools,
-    migrate,
-    transaction,
-)
+from nw.jobs.stores.group_commit import GroupCommit
+from nw.jobs.stores.pg_database import Database, RetryNow, transaction
+from nw.jobs.stores.pg_listen import PgWakeListener
+from nw.jobs.stores.pg_pool import close_pools as _close_pools
+from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
+from nw.jobs.stores.sql import load_queries
 
 __all__ = ["PostgresJobStore", "close_pools", "migrate", "open_postgres_store"]
 
+Q = load_queries("postgres_queries.sql")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LIVE = ("queued", "running", "cancelling")
 
-# ----- named queries ---------------------------------------------------------------
-_ROW = (
-    "j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,"
-    " j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error"
-)
-# The status entry is looked up per job row (LATERAL: a primary-key probe), so a
-# page reads its 50 rows from one ordered index and 50 status rows, whatever
-# the planner believes about the size of the project.
-_SELECT = (
-    f"SELECT {_ROW} FROM nw_jobs.jobs j LEFT JOIN LATERAL (SELECT t.status, t.value, t.error"
-    " FROM nw_jobs.status t WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s"
-    " ON true"
-)
-_GET = _SELECT + " WHERE j.project_id = %(p)s AND j.job_id = %(id)s"
-# ``create`` locks the existing row to decide. After waiting for the lock,
-# PostgreSQL re-reads the locked ``jobs`` row but not the LATERAL status row
-# (it keeps the version of the statement's snapshot), so liveness is decided
-# from the locked row's own columns: ``state`` (generated from ``au_status``,
-# which every transition writes with the status row) and ``au_status``.
-_LOCK = (
-    f"SELECT {_ROW}, j.state, j.au_status FROM nw_jobs.jobs j LEFT JOIN LATERAL"
-    " (SELECT t.status, t.value, t.error FROM nw_jobs.status t"
-    "  WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true"
-    " WHERE j.project_id = %(p)s AND j.job_id = %(id)s FOR UPDATE OF j"
-)
-_BY_LEASE = _SELECT + " WHERE j.project_id = %(p)s AND j.lease = %(tok)s ORDER BY j.job_id"
 
-# The record's column fields as a JSON patch ``c`` (absent key: unchanged) and
-# its doc fields as ``d`` (merged at the top level): one fixed statement text
-# per transition, whatever fields it carries, so every one is prepared once.
-_NUM = "double precision"
-_SET_FIELDS = (
-    ", ".join(
-        f"{name} = CASE WHEN p.c ? '{name}' THEN (p.c->>'{name}')::{typ} ELSE j.{name} END"
-        for name, typ in (
-            ("created_at", _NUM),
-            ("kind", "text"),
-            ("idempotency_key", "text"),
-            ("actor_id", "text"),
-            ("attempt", "integer"),
-            ("cancel_requested", "boolean"),
-            ("started_at", _NUM),
-            ("finished_at", _NUM),
-            ("heartbeat_at", _NUM),
-            ("runner_id", "text"),
-        )
-    )
-    + ", doc = j.doc || p.d"
-)
-_FENCE = (
-    "j.project_id = %(p)s AND j.job_id = %(id)s AND j.attempt = coalesce(%(a)s::integer, j.attempt)"
-)
-_PATCH = (
-    "WITH p AS (SELECT %(c)s::jsonb AS c, %(d)s::jsonb AS d)"
-    f" UPDATE nw_jobs.jobs j SET {_SET_FIELDS} FROM p WHERE {_FENCE}"
-)
-_FINISH = (
-    "WITH p AS (SELECT %(c)s::jsonb AS c, %(d)s::jsonb AS d),"
-    f" jb AS (UPDATE nw_jobs.jobs j SET {_SET_FIELDS}, au_status = %(st)s, queue_at = NULL"
-    f"  FROM p WHERE {_FENCE} RETURNING j.job_id),"
-    " sb AS (UPDATE nw_jobs.status s SET status = %(st)s, value = %(v)s, error = %(e)s,"
-    "  completed_at = now() FROM jb WHERE s.project_id = %(p)s AND s.job_id = jb.job_id)"
-    " SELECT count(*) FROM jb"
-)
-# Many finishes in one statement (the group commit of ``finish``): the batch is
-# a JSON array of {id, a (attempt), st, v (result), e (error), c, d}.
-_FINISH_MANY = (
-    "WITH p AS (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)"
-    "  AS x(id text, a integer, st text, v jsonb, e text, c jsonb, d jsonb)),"
-    f" jb AS (UPDATE nw_jobs.jobs j SET {_SET_FIELDS}, au_status = p.st, queue_at = NULL"
-    "  FROM p WHERE j.project_id = %(p)s AND j.job_id = ANY(%(ids)s::text[])"
-    "  AND j.job_id = p.id AND j.attempt = coalesce(p.a, j.attempt) RETURNING j.job_id),"
-    " sb AS (UPDATE nw_jobs.status s SET status = p.st, value = p.v, error = p.e,"
-    "  completed_at = now() FROM jb JOIN p ON p.id = jb.job_id"
-    "  WHERE s.project_id = %(p)s AND s.job_id = ANY(%(ids)s::text[])"
-    "  AND s.job_id = jb.job_id)"
-    " SELECT job_id FROM jb"
-)
-_REQUEUE = (
-    "WITH p AS (SELECT %(c)s::jsonb AS c, %(d)s::jsonb AS d),"
-    f" jb AS (UPDATE nw_jobs.jobs j SET {_SET_FIELDS}, au_status = 'pending',"
-    "  queue_at = %(nb)s, lease = NULL"
-    f"  FROM p WHERE {_FENCE} RETURNING j.job_id),"
-    " sb AS (UPDATE nw_jobs.status s SET status = 'pending', value = NULL, error = NULL,"
-    "  completed_at = NULL FROM jb WHERE s.project_id = %(p)s AND s.job_id = jb.job_id)"
-    " SELECT count(*) FROM jb"
-)
-_INSERT_COLS = (
-    "project_id, job_id, created_at, kind, idempotency_key, actor_id, attempt,"
-    " cancel_requested, started_at, finished_at, heartbeat_at, runner_id, doc"
-)
-_INSERT_VALS = (
-    "%(p)s, %(id)s, %(created_at)s, %(kind)s, %(idem)s, %(actor_id)s, %(attempt)s,"
-    " %(cancel_requested)s, %(started_at)s, %(finished_at)s, %(heartbeat_at)s,"
-    " %(runner_id)s, %(doc)s"
-)
-_CREATE = (
-    f"WITH jb AS (INSERT INTO nw_jobs.jobs ({_INSERT_COLS}, au_status, queue_at)"
-    f"  VALUES ({_INSERT_VALS}, 'pending', %(q)s)"
-    "  ON CONFLICT (project_id, job_id) DO NOTHING RETURNING job_id),"
-    " sb AS (INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)"
-    "  SELECT %(p)s, job_id, 'pending', to_timestamp(%(created_at)s), %(attempt)s FROM jb"
-    "  ON CONFLICT (project_id, job_id) DO UPDATE SET status = 'pending', value = NULL,"
-    "  error = NULL, terminal_reason = NULL, created_at = excluded.created_at,"
-    "  completed_at = NULL, attempt = excluded.attempt)"
-    " SELECT (SELECT count(*) FROM jb),"
-    "  (SELECT count(*) FROM (SELECT pg_notify(%(chan)s, %(kind)s) FROM jb"
-    "   WHERE %(q)s::double precision IS NOT NULL) n)"
-)
-_REPLACE = (
-    f"WITH jb AS (UPDATE nw_jobs.jobs j SET ({_INSERT_COLS}, au_status, queue_at, lease) ="
-    f"  ({_INSERT_VALS}, 'pending', %(q)s, NULL)"
-    "  WHERE j.project_id = %(p)s AND j.job_id = %(id)s RETURNING j.job_id),"
-    " pb AS (DELETE FROM nw_jobs.progress WHERE project_id = %(p)s AND job_id = %(id)s),"
-    " sb AS (INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)"
-    "  SELECT %(p)s, job_id, 'pending', to_timestamp(%(created_at)s), %(attempt)s FROM jb"
-    "  ON CONFLICT (project_id, job_id) DO UPDATE SET status = 'pending', value = NULL,"
-    "  error = NULL, terminal_reason = NULL, created_at = excluded.created_at,"
-    "  completed_at = NULL, attempt = excluded.attempt)"
-    " SELECT (SELECT count(*) FROM (SELECT pg_notify(%(chan)s, %(kind)s) FROM jb"
-    "  WHERE %(q)s::double precision IS NOT NULL) n)"
-)
-_START_SET = (
-    "UPDATE nw_jobs.jobs j SET attempt = j.attempt + 1, au_status = 'running',"
-    " started_at = %(now)s, heartbeat_at = %(now)s, runner_id = %(r)s, lease = %(tok)s,"
-    " queue_at = NULL FROM picked WHERE j.project_id = %(p)s AND j.job_id = picked.job_id"
-    " RETURNING j.*"
-)
-_START_STATUS = (
-    "UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1"
-    " FROM jb WHERE s.project_id = %(p)s AND s.job_id = jb.job_id"
-    " RETURNING s.job_id, s.status, s.value, s.error"
-)
-_START_RESULT = (
-    "SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,"
-    " jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error"
-    " FROM jb JOIN picked USING (job_id) LEFT JOIN sb USING (job_id)"
-    " ORDER BY picked.queue_at, jb.job_id"
-)
-_START = (
-    "WITH picked AS (SELECT job_id, 0 AS queue_at FROM nw_jobs.jobs"
-    "  WHERE project_id = %(p)s AND job_id = %(id)s AND au_status = 'pending'"
-    "  AND NOT cancel_requested FOR UPDATE),"
-    f" jb AS ({_START_SET}), sb AS ({_START_STATUS}) {_START_RESULT}"
-)
-_CLAIM = (
-    "WITH picked AS (SELECT job_id, queue_at FROM nw_jobs.jobs"
-    "  WHERE project_id = %(p)s AND queue_at IS NOT NULL AND queue_at <= %(now)s"
-    "  AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested"
-    "  ORDER BY queue_at, job_id LIMIT %(n)s FOR UPDATE SKIP LOCKED),"
-    f" jb AS ({_START_SET}), sb AS ({_START_STATUS}) {_START_RESULT}"
-)
-_CANCEL = (
-    "WITH cur AS (SELECT job_id, au_status = 'pending' AS queued FROM nw_jobs.jobs"
-    "  WHERE project_id = %(p)s AND job_id = %(id)s AND NOT cancel_requested"
-    "  AND au_status IN ('pending', 'running') FOR UPDATE),"
-    " jb AS (UPDATE nw_jobs.jobs j SET cancel_requested = true, au_status = 'cancelled',"
-    "  queue_at = NULL,"
-    "  finished_at = CASE WHEN cur.queued THEN %(now)s ELSE j.finished_at END,"
-    "  doc = CASE WHEN cur.queued THEN j.doc || %(d)s::jsonb ELSE j.doc END"
-    "  FROM cur WHERE j.project_id = %(p)s AND j.job_id = cur.job_id RETURNING j.job_id),"
-    " sb AS (UPDATE nw_jobs.status s SET status = 'cancelled',"
-    "  terminal_reason = 'cancel requested'"
-    "  FROM jb WHERE s.project_id = %(p)s AND s.job_id = jb.job_id)"
-    " SELECT count(*) FROM jb"
-)
-_BEAT = (
-    "WITH rb AS (UPDATE nw_jobs.runners SET beat_at = %(now)s"
-    "  WHERE project_id = %(p)s AND runner_id = %(r)s),"
-    " jb AS (UPDATE nw_jobs.jobs SET heartbeat_at = %(now)s"
-    "  WHERE project_id = %(p)s AND job_id = ANY(%(ids)s::text[]) AND finished_at IS NULL"
-    "  AND runner_id = %(r)s)"
-    " SELECT job_id FROM nw_jobs.jobs"
-    " WHERE project_id = %(p)s AND job_id = ANY(%(ids)s::text[])"
-    "  AND (cancel_requested OR finished_at IS NOT NULL OR runner_id IS DISTINCT FROM %(r)s)"
-)
-_PUT_RECORD = (
-    f"WITH jb AS (INSERT INTO nw_jobs.jobs ({_INSERT_COLS}, au_status)"
-    f"  VALUES ({_INSERT_VALS}, coalesce((SELECT status FROM nw_jobs.status"
-    "   WHERE project_id = %(p)s AND job_id = %(id)s), 'pending'))"
-    "  ON CONFLICT (project_id, job_id) DO UPDATE SET created_at = excluded.created_at,"
-    "  kind = excluded.kind, idempotency_key = excluded.idempotency_key,"
-    "  actor_id = excluded.actor_id, attempt = excluded.attempt,"
-    "  cancel_requested = excluded.cancel_requested, started_at = excluded.started_at,"
-    "  finished_at = excluded.finished_at, heartbeat_at = excluded.heartbeat_at,"
-    "  runner_id = excluded.runner_id, doc = excluded.doc RETURNING job_id)"
-    " INSERT INTO nw_jobs.status (project_id, job_id, status, created_at)"
-    " SELECT %(p)s, job_id, 'pending', to_timestamp(%(created_at)s) FROM jb"
-    " ON CONFLICT (project_id, job_id) DO NOTHING"
-)
-_PUT_STATUS = (
-    "WITH jb AS (UPDATE nw_jobs.jobs SET au_status = %(st)s, queue_at = NULL"
-    "  WHERE project_id = %(p)s AND job_id = %(id)s RETURNING 1)"
-    " INSERT INTO nw_jobs.status (project_id, job_id, status, value, error, terminal_reason,"
-    "  created_at, completed_at)"
-    " SELECT %(p)s, %(id)s, %(st)s, %(v)s::jsonb, %(e)s::text, %(tr)s::text,"
-    "  %(ca)s::timestamptz, %(co)s::timestamptz"
-    "  FROM (SELECT count(*) FROM jb) locked_first"
-    " ON CONFLICT (project_id, job_id) DO UPDATE SET status = excluded.status,"
-    "  value = excluded.value, error = excluded.error,"
-    "  terminal_reason = excluded.terminal_reason, completed_at = excluded.completed_at"
-)
-_DELETE = (
-    "WITH jb AS (DELETE FROM nw_jobs.jobs WHERE project_id = %(p)s AND job_id = %(id)s),"
-    " pb AS (DELETE FROM nw_jobs.progress WHERE project_id = %(p)s AND job_id = %(id)s)"
-    " DELETE FROM nw_jobs.status WHERE project_id = %(p)s AND job_id = %(id)s"
-)
-_PURGE = (
-    "WITH jb AS (DELETE FROM nw_jobs.jobs WHERE project_id = %(p)s RETURNING 1),"
-    " sb AS (DELETE FROM nw_jobs.status WHERE project_id = %(p)s),"
-    " pb AS (DELETE FROM nw_jobs.progress WHERE project_id = %(p)s),"
-    " db AS (DELETE FROM nw_jobs.durations WHERE project_id = %(p)s),"
-    " rb AS (DELETE FROM nw_jobs.runners WHERE project_id = %(p)s)"
-    " SELECT count(*) FROM jb"
-)
-# Mirrors the embedded store: a missing or non-false lower-bound flag on a
-# finished job makes the total a lower bound ("unreported" is not "exact").
-_USD = "CASE WHEN jsonb_typeof(doc->'{0}') = 'number' THEN (doc->>'{0}')::double precision END"
-_SPEND = (
-    "SELECT coalesce(sum(coalesce(" + _USD.format("prior_actual_usd") + ", 0)"
-    "   + coalesce(" + _USD.format("earlier_runs_usd") + ", 0)"
-    "   + CASE WHEN finished_at IS NULL THEN 0"
-    "     ELSE coalesce(" + _USD.format("actual_usd") + ", 0) END), 0.0),"
-    " coalesce(bool_or(finished_at IS NOT NULL AND started_at IS NOT NULL"
-    "   AND coalesce(doc->'actual_is_lower_bound' NOT IN ('false'::jsonb, '0'::jsonb), true)),"
-    "   false),"
-    " coalesce(sum(CASE WHEN finished_at IS NULL THEN " + _USD.format("estimated_usd") + " END),"
-    "   0.0),"
-    " count(*) FILTER (WHERE finished_at IS NULL AND jsonb_typeof(doc->'estimated_usd')"
-    "   IS DISTINCT FROM 'number')"
-    " FROM nw_jobs.jobs WHERE project_id = %(p)s"
-)
-_SAMPLES = (
-    "SELECT k.key, ARRAY(SELECT d.seconds FROM nw_jobs.durations d"
-    "  WHERE d.project_id = %(p)s AND d.key = k.key ORDER BY d.at DESC, d.id DESC LIMIT %(w)s)"
-    " FROM unnest(%(keys)s::text[]) AS k(key)"
-)
-_ADD_SAMPLES = (
-    "WITH ins AS (INSERT INTO nw_jobs.durations (project_id, key, at, seconds)"
-    "  SELECT %(p)s, k, %(now)s, s FROM unnest(%(keys)s::text[], %(secs)s::float8[]) AS u(k, s))"
-    " DELETE FROM nw_jobs.durations d USING unnest(%(keys)s::text[]) AS k(key)"
-    " WHERE d.project_id = %(p)s AND d.key = k.key AND d.id NOT IN"
-    "  (SELECT id FROM nw_jobs.durations WHERE project_id = %(p)s AND key = k.key"
-    "   ORDER BY at DESC, id DESC LIMIT greatest(%(w)s - 1, 0))"
-)
-# The retried forms (the first try may have committed before its reply was
-# lost): a sample or beat already there is not written twice. Only a retry
-# pays for the check.
-_ADD_SAMPLES_RETRY = (
-    "INSERT INTO nw_jobs.durations (project_id, key, at, seconds)"
-    " SELECT %(p)s, k, %(now)s, s FROM unnest(%(keys)s::text[], %(secs)s::float8[]) AS u(k, s)"
-    " WHERE NOT EXISTS (SELECT 1 FROM nw_jobs.durations d WHERE d.project_id = %(p)s"
-    "  AND d.key = u.k AND d.at = %(now)s AND d.seconds = u.s)"
-)
-_PRUNE_SAMPLES = (
-    "DELETE FROM nw_jobs.durations d USING unnest(%(keys)s::text[]) AS k(key)"
-    " WHERE d.project_id = %(p)s AND d.key = k.key AND d.id NOT IN"
-    "  (SELECT id FROM nw_jobs.durations WHERE project_id = %(p)s AND key = k.key"
-    "   ORDER BY at DESC, id DESC LIMIT %(w)s)"
-)
-_APPEND_PROGRESS = (
-    "INSERT INTO nw_jobs.progress (project_id, job_id, attempt, ts, pct, message, stage)"
-    " SELECT %(p)s, %(id)s, %(a)s::integer, %(ts)s::double precision,"
-    " %(pct)s::double precision, %(msg)s::text, %(stage)s::jsonb FROM nw_jobs.jobs j"
-    f" WHERE {_FENCE}"
-)
-
-_APPEND_PROGRESS_RETRY = (
-    "WITH dup AS (SELECT 1 FROM nw_jobs.progress WHERE project_id = %(p)s AND job_id = %(id)s"
-    "  AND attempt IS NOT DISTINCT FROM %(a)s::integer AND ts = %(ts)s::double precision"
-    "  AND pct IS NOT DISTINCT FROM %(pct)s::double precision"
-    "  AND message IS NOT DISTINCT FROM %(msg)s::text LIMIT 1),"
-    f" ins AS ({_APPEND_PROGRESS} AND NOT EXISTS (SELECT 1 FROM dup) RETURNING 1)"
-    " SELECT (SELECT count(*) FROM dup) + (SELECT count(*) FROM ins)"
-)
-
-
-def _rowcount(cur: psycopg.Cursor) -> int:
-    return cur.rowcount
-
-
-def _scalar(cur: psycopg.Cursor) -> Any:
-    row = cur.fetchone()
-    return None if row is None else row[0]
+def close_pools() -> None:
+    """Close this process's pools and forget which databases were checked."""
+    _close_pools()
+    forget_checks()
 
 
 def _dumps(value: Any) -> str:
@@ -370,8 +96,6 @@ def channel_for(project_id: str) -> str:
     """The NOTIFY channel of a project (a valid identifier, <= 63 bytes)."""
     if re.fullmatch(r"[A-Za-z0-9_]{1,48}", project_id):
         return f"nw_jobs_{project_id.lower()}"
-    import hashlib
-
     return "nw_jobs_" + hashlib.sha256(project_id.encode()).hexdigest()[:40]
 
 
@@ -393,32 +117,36 @@ class PostgresJobStore(JobStore):
         self.read_only = read_only
         self.channel = channel_for(project_id)
         self._tls = threading.local()
-        self._finishes = GroupCommit(self._finish_many, key=lambda item: item["id"])
-        self.db.check_schema()
+        self._finishes = GroupCommit(self._finish_many, key=lambda item: item["job_id"])
+        check_schema(self.db)
 
     def __repr__(self) -> str:
         return f"PostgresJobStore({self.db.display!r}, project_id={self.project_id!r})"
 
-    # ----- plumbing ----------------------------------------------------------------
-    def _read(self, what: str, query: str, args: Mapping[str, Any]) -> list[tuple]:
-        params = {"p": self.project_id, **args}
+    # ----- running a named query -----------------------------------------------------
+    def _params(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"project_id": self.project_id, **args}
+
+    def _read(self, what: str, args: Mapping[str, Any], query: str | None = None) -> list[dict]:
+        """The rows of the named query ``what`` (or of ``query``)."""
+        sql, params = Q[query or what], self._params(args)
         conn = getattr(self._tls, "conn", None)
         if conn is not None:  # inside this thread's admitted create: same transaction
-            return conn.execute(query, params).fetchall()
-        return self.db.run(lambda c, _r: c.execute(query, params).fetchall(), what=what)
+            return conn.execute(sql, params).fetchall()
+        return self.db.run(lambda c, _r: c.execute(sql, params).fetchall(), what=what)
 
-    def _write(self, what: str, fn) -> Any:
+    def _write(self, what: str, fn: Callable[[psycopg.Connection, bool], Any]) -> Any:
         if self.read_only:
             raise JobStoreError("this job store was opened read-only")
         return self.db.run(fn, what=what)
 
-    def _exec(self, what: str, query: str, args: Mapping[str, Any], get=None) -> Any:
-        """One write statement; ``get(cursor)`` reads its result before the
-        connection goes back to the pool."""
-        params = {"p": self.project_id, **args}
+    def _exec(self, what: str, args: Mapping[str, Any], get=None) -> Any:
+        """The named write statement ``what``; ``get(cursor)`` reads its result
+        before the connection goes back to the pool."""
+        sql, params = Q[what], self._params(args)
 
         def op(conn: psycopg.Connection, _retried: bool) -> Any:
-            cur = conn.execute(query, params)
+            cur = conn.execute(sql, params)
             return None if get is None else get(cur)
 
         return self._write(what, op)
@@ -426,20 +154,15 @@ class PostgresJobStore(JobStore):
     def close(self) -> None:
         """Nothing to release per store: the pool is per URL (``close_pools``)."""
 
-    # ----- decoding --------------------------------------------------------------------
+    # ----- decoding ------------------------------------------------------------------
     @staticmethod
-    def _row(r: Sequence[Any]) -> JobRow:
-        record = dict(r[9]) if isinstance(r[9], dict) else {}
-        for name, value in zip(COLUMNS, r[:9], strict=True):
-            record[name] = value
-        au_status, value, error = r[10], r[11], r[12]
-        if au_status is None:
+    def _row(r: Mapping[str, Any]) -> JobRow:
+        record = dict(r["doc"]) if isinstance(r["doc"], dict) else {}
+        for name in COLUMNS:
+            record[name] = r[name]
+        if r["status"] is None:
             return JobRow(record, "failed", None, "the job's status entry is missing")
-        return JobRow(record, au_status, value, error)
-
-    def _patch_args(self, fields: Mapping[str, Any]) -> dict[str, Any]:
-        cols, doc = self._patch_fields(fields)
-        return {"c": _jsonb(cols), "d": _jsonb(doc)}
+        return JobRow(record, r["status"], r["value"], r["error"])
 
     @staticmethod
     def _patch_fields(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -462,55 +185,47 @@ class PostgresJobStore(JobStore):
             cols["idempotency_key"] = key if isinstance(key, str) else None
         return cols, doc
 
-    def _insert_args(self, record: Mapping[str, Any]) -> dict[str, Any]:
+    def _patch_args(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        cols, doc = self._patch_fields(fields)
+        return {"cols": _jsonb(cols), "doc": _jsonb(doc)}
+
+    def _record_args(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """The parameters of a whole record (``create``, ``replace``, ``put_record``)."""
         cols, doc = split_record(record)
         key = record.get("idempotency_key")
         return {
             **cols,
-            "id": cols["job_id"],
-            "idem": key if isinstance(key, str) else None,
+            "idempotency_key": key if isinstance(key, str) else None,
             "actor_id": actor_id_of(record),
             "doc": _jsonb(doc),
-            "chan": self.channel,
+            "channel": self.channel,
         }
 
-    # ----- reads -----------------------------------------------------------------------
+    # ----- reads ---------------------------------------------------------------------
     def get(self, job_id: str) -> JobRow | None:
-        rows = self._read("get", _GET, {"id": job_id})
+        rows = self._read("get", {"job_id": job_id})
         return self._row(rows[0]) if rows else None
 
     def page(
         self, *, status: str | None = None, actor_id: str | None = None, limit: int = 50
     ) -> list[JobRow]:
-        where = ["j.project_id = %(p)s"]
-        if status is not None:
-            where.append("j.state = %(st)s")
-        if actor_id is not None:
-            where.append("j.actor_id = %(actor)s")
-        sql = (
-            f"{_SELECT} WHERE {' AND '.join(where)}"
-            " ORDER BY j.created_at DESC, j.job_id DESC LIMIT %(n)s"
-        )
-        args = {"st": None if status is None else str(status), "actor": actor_id, "n": int(limit)}
-        return [self._row(r) for r in self._read("page", sql, args)]
+        # One statement per filter combination: each walks its own index.
+        query = "page" + ("_by_state" if status is not None else "")
+        query += ("_and_actor" if status is not None else "_by_actor") if actor_id else ""
+        args = {
+            "state": None if status is None else str(status),
+            "actor_id": actor_id,
+            "limit": int(limit),
+        }
+        return [self._row(r) for r in self._read("page", args, query)]
 
     def live(self) -> list[JobRow]:
-        sql = (
-            f"{_SELECT} WHERE j.project_id = %(p)s AND j.finished_at IS NULL"
-            " ORDER BY j.created_at, j.job_id"
-        )
-        return [self._row(r) for r in self._read("live", sql, {})]
+        return [self._row(r) for r in self._read("live", {})]
 
     def iter_ids(self) -> Iterator[str]:
-        rows = self._read(
-            "iter_ids",
-            "SELECT job_id FROM nw_jobs.jobs WHERE project_id = %(p)s"
-            " ORDER BY created_at DESC, job_id DESC",
-            {},
-        )
-        return iter([r[0] for r in rows])
+        return iter([r["job_id"] for r in self._read("iter_ids", {})])
 
-    # ----- transitions -------------------------------------------------------------------
+    # ----- transitions ---------------------------------------------------------------
     def create(
         self,
         record: dict[str, Any],
@@ -518,16 +233,16 @@ class PostgresJobStore(JobStore):
         claimable: bool,
         admit: Callable[[], None] | None = None,
     ) -> tuple[JobRow, bool]:
+        """See ``JobStore.create``. A claimable job wakes idle workers by the
+        ``NOTIFY`` in its own statement (delivered at commit)."""
         if admit is not None:
             return self._create_admitted(record, claimable=claimable, admit=admit)
-        args = self._insert_args(record)
-        args["q"] = record["created_at"] if claimable else None
+        params = self._params(self._record_args(record))
+        params["queue_at"] = record["created_at"] if claimable else None
         run_id = record.get("run_id")
 
         def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
-            params = {"p": self.project_id, **args}
-            inserted, _notified = conn.execute(_CREATE, params).fetchone()
-            if inserted:
+            if conn.execute(Q["create"], params).fetchone()["inserted"]:
                 return JobRow(dict(record), "pending"), True
             with conn.transaction():  # it exists: lock it and decide
                 got = self._lock(conn, params)
@@ -542,25 +257,21 @@ class PostgresJobStore(JobStore):
                     return existing, mine
                 return self._replace(conn, params, record, existing)
 
-        row, created = self._write("create", op)
-        # A created claimable job was announced by its own statement (at commit),
-        # so the facade's wake_workers() right after has nothing left to do.
-        self._tls.notified = created and claimable
-        return row, created
+        return self._write("create", op)
 
     def _lock(
         self, conn: psycopg.Connection, params: Mapping[str, Any]
     ) -> tuple[JobRow, bool] | None:
         """Lock the job's ``jobs`` row (inside the caller's transaction): its row
         and whether it is live, or None when there is no such job."""
-        r = conn.execute(_LOCK, params).fetchone()
+        r = conn.execute(Q["lock"], params).fetchone()
         if r is None:
             return None
-        state, au_status = r[13], r[14]
-        if r[10] != au_status:  # the status row predates the lock: read it again
-            r = conn.execute(_GET, params).fetchone() or r
+        state, au_status = r["state"], r["au_status"]
+        if r["status"] != au_status:  # the status row predates the lock: read it again
+            r = conn.execute(Q["get"], params).fetchone() or r
         # no status entry reads as failed (see ``_row``): a new run may replace it
-        return self._row(r), r[10] is not None and state in _LIVE
+        return self._row(r), r["status"] is not None and state in _LIVE
 
     def _replace(
         self,
@@ -572,7 +283,7 @@ class PostgresJobStore(JobStore):
         """Replace the locked finished job by a new run (it carries ``attempt``
         and spend over, see ``carry_over``)."""
         new = {**record, **carry_over(old.record)}
-        conn.execute(_REPLACE, {**params, **self._insert_args(new)})
+        conn.execute(Q["replace"], {**params, **self._record_args(new)})
         return JobRow(dict(new), "pending"), True
 
     def _create_admitted(
@@ -581,14 +292,14 @@ class PostgresJobStore(JobStore):
         """``create`` with the budget gate inside: creates of the project are
         serialised by a transaction-scoped advisory lock on the project, and
         ``admit`` reads through this same transaction (see ``_read``)."""
-        args = {"p": self.project_id, **self._insert_args(record)}
-        args["q"] = record["created_at"] if claimable else None
+        params = self._params(self._record_args(record))
+        params["queue_at"] = record["created_at"] if claimable else None
         run_id = record.get("run_id")
 
         def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%(p)s))", args)
-                got = self._lock(conn, args)
+                conn.execute(Q["lock_project_creates"], params)
+                got = self._lock(conn, params)
                 if got is not None and got[1]:
                     existing = got[0]
                     mine = (
@@ -601,26 +312,25 @@ class PostgresJobStore(JobStore):
                 finally:
                     self._tls.conn = None
                 if got is None:
-                    inserted, _notified = conn.execute(_CREATE, args).fetchone()
-                    if not inserted:  # a create without the gate got in first: decide again
+                    if not conn.execute(Q["create"], params).fetchone()["inserted"]:
+                        # a create without the gate got in first: decide again
                         raise RetryNow("the job appeared during create")
                     return JobRow(dict(record), "pending"), True
-                return self._replace(conn, args, record, got[0])
+                return self._replace(conn, params, record, got[0])
 
-        row, created = self._write("create", op)
-        self._tls.notified = created and claimable
-        return row, created
+        return self._write("create", op)
 
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
-        args = {"p": self.project_id, "id": job_id, "now": now, "r": runner_id}
-        args["tok"] = uuid.uuid4().hex
+        params = self._params(
+            {"job_id": job_id, "now": now, "runner_id": runner_id, "lease": uuid.uuid4().hex}
+        )
 
         def op(conn: psycopg.Connection, retried: bool) -> JobRow | None:
             if retried:  # the first try may have committed before the connection died
-                got = conn.execute(_BY_LEASE, args).fetchall()
+                got = conn.execute(Q["by_lease"], params).fetchall()
                 if got:
                     return self._row(got[0])
-            r = conn.execute(_START, args).fetchone()
+            r = conn.execute(Q["start"], params).fetchone()
             return None if r is None else self._row(r)
 
         return self._write("start", op)
@@ -630,27 +340,28 @@ class PostgresJobStore(JobStore):
     ) -> list[JobRow]:
         if not kinds or limit < 1:
             return []
-        args = {
-            "p": self.project_id,
-            "kinds": list(kinds),
-            "now": now,
-            "r": runner_id,
-            "n": int(limit),
-            "tok": uuid.uuid4().hex,
-        }
+        params = self._params(
+            {
+                "kinds": list(kinds),
+                "now": now,
+                "runner_id": runner_id,
+                "limit": int(limit),
+                "lease": uuid.uuid4().hex,
+            }
+        )
 
         def op(conn: psycopg.Connection, retried: bool) -> list[JobRow]:
             if retried:
-                got = conn.execute(_BY_LEASE, args).fetchall()
+                got = conn.execute(Q["by_lease"], params).fetchall()
                 if got:
                     return [self._row(r) for r in got]
-            return [self._row(r) for r in conn.execute(_CLAIM, args).fetchall()]
+            return [self._row(r) for r in conn.execute(Q["claim"], params).fetchall()]
 
         return self._write("claim", op)
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
-        args = {"id": job_id, "a": attempt, **self._patch_args(fields)}
-        return self._exec("patch", _PATCH, args, _rowcount) > 0
+        args = {"job_id": job_id, "attempt": attempt, **self._patch_args(fields)}
+        return self._exec("patch", args, lambda cur: cur.rowcount) > 0
 
     def finish(
         self,
@@ -666,30 +377,31 @@ class PostgresJobStore(JobStore):
             raise JobStoreError("this job store was opened read-only")
         cols, doc = self._patch_fields(fields)
         item = {
-            "id": job_id,
-            "a": attempt,
-            "st": ComputationStatus(au_status).value,
-            "v": result,
-            "e": error,
-            "c": cols,
-            "d": doc,
+            "job_id": job_id,
+            "attempt": attempt,
+            "au_status": ComputationStatus(au_status).value,
+            "value": result,
+            "error": error,
+            "cols": cols,
+            "doc": doc,
         }
         _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
         return self._finishes.submit(item)
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """One statement for a batch of finishes; on a database error other than
-        a lost connection, each item again alone (so one bad item fails alone)."""
+        an unreachable database, each item again alone (so one bad item fails alone)."""
         try:
             done = self._exec(
-                "finish",
-                _FINISH_MANY,
-                {"batch": _jsonb(items), "ids": [item["id"] for item in items]},
-                lambda cur: {r[0] for r in cur.fetchall()},
+                "finish_many",
+                {"batch": _jsonb(items), "job_ids": [item["job_id"] for item in items]},
+                lambda cur: {r["job_id"] for r in cur.fetchall()},
             )
-            return [item["id"] in done for item in items]
-        except JobStoreError as exc:
-            if len(items) == 1 or "unreachable" in str(exc):
+            return [item["job_id"] in done for item in items]
+        except JobStoreUnreachable:
+            raise
+        except JobStoreError:
+            if len(items) == 1:
                 raise
         out: list[Any] = []
         for item in items:
@@ -703,185 +415,169 @@ class PostgresJobStore(JobStore):
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
     ) -> bool:
         fields = {**fields, "started_at": None, "heartbeat_at": None}
-        args = {"id": job_id, "a": attempt, "nb": not_before, **self._patch_args(fields)}
-        return self._exec("requeue", _REQUEUE, args, _scalar) > 0
+        args = {
+            "job_id": job_id,
+            "attempt": attempt,
+            "not_before": not_before,
+            **self._patch_args(fields),
+        }
+        return self._exec("requeue", args, lambda cur: cur.fetchone()["requeued"]) > 0
 
     def request_cancel(self, job_id: str, *, now: float) -> JobRow | None:
-        args = {
-            "p": self.project_id,
-            "id": job_id,
-            "now": now,
-            "d": _jsonb({"error": "cancelled before start", "error_kind": "cancelled"}),
-        }
+        why = {"error": "cancelled before start", "error_kind": "cancelled"}
+        params = self._params({"job_id": job_id, "now": now, "doc": _jsonb(why)})
 
         def op(conn: psycopg.Connection, _retried: bool) -> JobRow | None:
             with transaction(conn):
-                conn.execute(_CANCEL, args)
-                r = conn.execute(_GET, args).fetchone()
+                conn.execute(Q["request_cancel"], params)
+                r = conn.execute(Q["get"], params).fetchone()
             return None if r is None else self._row(r)
 
         return self._write("request_cancel", op)
 
     def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
-        args = {"ids": list(job_ids), "now": now, "r": runner_id}
-        return self._exec("beat", _BEAT, args, lambda cur: {r[0] for r in cur.fetchall()})
+        args = {"job_ids": list(job_ids), "now": now, "runner_id": runner_id}
+        return self._exec("beat", args, lambda cur: {r["job_id"] for r in cur.fetchall()})
 
-    # ----- learning, progress, runners ---------------------------------------------------
+    # ----- learning, progress, runners -----------------------------------------------
     def samples(self, keys: Sequence[str], *, window: int) -> dict[str, list[float]]:
         if not keys:
             return {}
-        rows = self._read("samples", _SAMPLES, {"keys": list(keys), "w": int(window)})
-        got = {k: list(reversed(v)) for k, v in rows}
+        rows = self._read("samples", {"keys": list(keys), "window": int(window)})
+        got = {r["key"]: list(reversed(r["seconds"])) for r in rows}
         return {k: got.get(k, []) for k in keys}
 
     def add_samples(self, samples: Mapping[str, float], *, now: float, window: int) -> None:
         if not samples:
             return
         keys = list(samples)
-        args = {
-            "keys": keys,
-            "secs": [float(samples[k]) for k in keys],
-            "now": now,
-            "w": int(window),
-            "p": self.project_id,
-        }
+        params = self._params(
+            {
+                "keys": keys,
+                "seconds": [float(samples[k]) for k in keys],
+                "now": now,
+                "window": int(window),
+            }
+        )
 
         def op(conn: psycopg.Connection, retried: bool) -> None:
             if not retried:
-                conn.execute(_ADD_SAMPLES, args)
+                conn.execute(Q["add_samples"], params)
                 return
             with conn.transaction():
-                conn.execute(_ADD_SAMPLES_RETRY, args)
-                conn.execute(_PRUNE_SAMPLES, args)
+                conn.execute(Q["add_samples_retry"], params)
+                conn.execute(Q["prune_samples"], params)
 
         self._write("add_samples", op)
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
         stage = beat.get("stage")
-        args = {
-            "id": job_id,
-            "a": attempt,
-            "ts": beat["ts"],
-            "pct": beat.get("pct"),
-            "msg": beat.get("message"),
-            "stage": None if stage is None else _jsonb(stage),
-            "p": self.project_id,
-        }
+        params = self._params(
+            {
+                "job_id": job_id,
+                "attempt": attempt,
+                "ts": beat["ts"],
+                "pct": beat.get("pct"),
+                "message": beat.get("message"),
+                "stage": None if stage is None else _jsonb(stage),
+            }
+        )
 
         def op(conn: psycopg.Connection, retried: bool) -> bool:
             if retried:
-                return conn.execute(_APPEND_PROGRESS_RETRY, args).fetchone()[0] > 0
-            return conn.execute(_APPEND_PROGRESS, args).rowcount > 0
+                return conn.execute(Q["append_progress_retry"], params).fetchone()["appended"] > 0
+            return conn.execute(Q["append_progress"], params).rowcount > 0
 
         return self._write("append_progress", op)
 
     def progress(self, job_id: str, *, limit: int) -> list[dict[str, Any]]:
-        rows = self._read(
-            "progress",
-            "SELECT ts, pct, message, stage, attempt FROM nw_jobs.progress"
-            " WHERE project_id = %(p)s AND job_id = %(id)s ORDER BY seq DESC LIMIT %(n)s",
-            {"id": job_id, "n": int(limit)},
-        )
+        rows = self._read("progress", {"job_id": job_id, "limit": int(limit)})
         return [
-            {"ts": ts, "pct": pct, "message": msg, "stage": stage, "attempt": att}
-            for ts, pct, msg, stage, att in reversed(rows)
+            {
+                "ts": r["ts"],
+                "pct": r["pct"],
+                "message": r["message"],
+                "stage": r["stage"],
+                "attempt": r["attempt"],
+            }
+            for r in reversed(rows)
         ]
 
     def register_runner(self, runner_id: str, info: Mapping[str, Any], *, now: float) -> None:
-        self._exec(
-            "register_runner",
-            "INSERT INTO nw_jobs.runners (project_id, runner_id, info, started_at, beat_at)"
-            " VALUES (%(p)s, %(r)s, %(info)s, %(now)s, %(now)s)"
-            " ON CONFLICT (project_id, runner_id) DO UPDATE SET info = excluded.info,"
-            " started_at = excluded.started_at, beat_at = excluded.beat_at",
-            {"r": runner_id, "info": _jsonb(dict(info)), "now": now},
-        )
+        args = {"runner_id": runner_id, "info": _jsonb(dict(info)), "now": now}
+        self._exec("register_runner", args)
 
     def unregister_runner(self, runner_id: str) -> None:
-        self._exec(
-            "unregister_runner",
-            "DELETE FROM nw_jobs.runners WHERE project_id = %(p)s AND runner_id = %(r)s",
-            {"r": runner_id},
-        )
+        self._exec("unregister_runner", {"runner_id": runner_id})
 
     def runners(self) -> list[dict[str, Any]]:
-        rows = self._read(
-            "runners",
-            "SELECT runner_id, info, started_at, beat_at FROM nw_jobs.runners"
-            " WHERE project_id = %(p)s ORDER BY started_at, runner_id",
-            {},
-        )
         return [
-            {**info, "runner_id": rid, "started_at": st, "beat_at": beat}
-            for rid, info, st, beat in rows
+            {
+                **r["info"],
+                "runner_id": r["runner_id"],
+                "started_at": r["started_at"],
+                "beat_at": r["beat_at"],
+            }
+            for r in self._read("runners", {})
         ]
 
     def spend(self) -> dict[str, Any]:
-        actual, lower, live, unknown = self._read("spend", _SPEND, {})[0]
+        r = self._read("spend", {})[0]
         return {
-            "actual_usd": float(actual),
-            "live_estimated_usd": float(live),
-            "live_unknown": int(unknown),
-            "lower_bound": bool(lower),
+            "actual_usd": float(r["actual_usd"]),
+            "live_estimated_usd": float(r["live_estimated_usd"]),
+            "live_unknown": int(r["live_unknown"]),
+            "lower_bound": bool(r["lower_bound"]),
         }
 
-    # ----- waking idle workers ----------------------------------------------------------
+    # ----- waking idle workers -------------------------------------------------------
     def wake_listener(self, runner_id: str) -> PgWakeListener:
         """``LISTEN`` on this project's channel (one dedicated connection); a
         worker serving more projects adds theirs with ``listener.also(store)``."""
         return PgWakeListener(self.db, self.channel, f"nw-jobs/{runner_id}")
 
     def wake_workers(self) -> None:
-        """``NOTIFY`` the project's channel, unless this thread's last ``create``
-        already did (it notifies in its own statement when the job is claimable)."""
-        if getattr(self._tls, "notified", False):
-            self._tls.notified = False
-            return
-        self._exec("wake_workers", "SELECT pg_notify(%(chan)s, '')", {"chan": self.channel})
+        """``NOTIFY`` the project's channel (``create`` of a claimable job
+        already does, in its own statement)."""
+        self._exec("notify", {"channel": self.channel})
 
-    # ----- raw access ----------------------------------------------------------------------
+    # ----- raw access behind the views -----------------------------------------------
     def put_record(self, record: Mapping[str, Any]) -> None:
-        self._exec("put_record", _PUT_RECORD, self._insert_args(record))
+        self._exec("put_record", self._record_args(record))
 
     def delete(self, job_id: str) -> None:
-        self._exec("delete", _DELETE, {"id": job_id})
+        self._exec("delete", {"job_id": job_id})
 
     def purge(self) -> int:
         """Delete every row of this project (tests, benchmarks, retiring a project)."""
-
-        return self._exec("purge", _PURGE, {}, _scalar)
+        return self._exec("purge", {}, lambda cur: cur.fetchone()["jobs"])
 
     def get_status(self, job_id: str) -> ComputationResult | None:
-        rows = self._read(
-            "get_status",
-            "SELECT status, value, error, terminal_reason, created_at, completed_at, attempt"
-            " FROM nw_jobs.status WHERE project_id = %(p)s AND job_id = %(id)s",
-            {"id": job_id},
-        )
+        rows = self._read("get_status", {"job_id": job_id})
         if not rows:
             return None
-        status, value, error, reason, created, completed, attempt = rows[0]
+        r = rows[0]
         return ComputationResult(
-            value=value,
-            status=ComputationStatus(status),
-            error=Exception(error) if error else None,
-            created_at=created,
-            completed_at=completed,
-            metadata={"attempt": attempt},
-            terminal_reason=reason,
+            value=r["value"],
+            status=ComputationStatus(r["status"]),
+            error=Exception(r["error"]) if r["error"] else None,
+            created_at=r["created_at"],
+            completed_at=r["completed_at"],
+            metadata={"attempt": r["attempt"]},
+            terminal_reason=r["terminal_reason"],
         )
 
     def put_status(self, job_id: str, result: ComputationResult) -> None:
         args = {
-            "id": job_id,
-            "st": ComputationStatus(result.status).value,
-            "v": None if result.value is None else _jsonb(result.value),
-            "e": None if result.error is None else str(result.error),
-            "tr": result.terminal_reason,
-            "ca": _aware(result.created_at),
-            "co": _aware(result.completed_at),
+            "job_id": job_id,
+            "status": ComputationStatus(result.status).value,
+            "value": None if result.value is None else _jsonb(result.value),
+            "error": None if result.error is None else str(result.error),
+            "terminal_reason": result.terminal_reason,
+            "created_at": _aware(result.created_at),
+            "completed_at": _aware(result.completed_at),
         }
-        self._exec("put_status", _PUT_STATUS, args)
+        self._exec("put_status", args)
 
 
 def _aware(when: datetime | None) -> datetime | None:

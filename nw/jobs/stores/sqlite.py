@@ -19,6 +19,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -40,30 +41,47 @@ from nw.jobs.stores.base import (
     split_record,
     utc_iso,
 )
+from nw.jobs.stores.sql import load_queries
+from nw.jobs.wake import WakeListener, wake_runners
 
 DB_NAME = "jobs.sqlite3"
 SCHEMA_VERSION = 1
+Q = load_queries("sqlite_queries.sql")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-_SELECT = (
-    "SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,"
-    " j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error"
-    " FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id"
+#: The columns the ``patch`` statement sets by flag; the indexed ones have a
+#: statement each (see ``patch`` in sqlite_queries.sql).
+_PATCHED_BY_FLAG = (
+    "kind",
+    "attempt",
+    "cancel_requested",
+    "started_at",
+    "heartbeat_at",
+    "runner_id",
 )
-# Mirrors nw.jobs.status.job_status; the contract suite checks they agree.
-_JOB_STATUS = (
-    "CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'"
-    " WHEN j.cancel_requested THEN"
-    " (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)"
-    " WHEN s.status = 'pending' THEN 'queued'"
-    " WHEN s.status = 'running' THEN 'running'"
-    " WHEN s.status = 'completed' THEN 'succeeded'"
-    " ELSE s.status END"
-)
+_PATCHED_ALONE = ("created_at", "actor_id", "finished_at")
 
 
 def _dumps(value: Any) -> str:
     return stored_json(value)
+
+
+def _use_wal(conn: sqlite3.Connection, *, within_s: float = 30.0) -> None:
+    """Switch a new file to WAL (it stays so). Two processes creating one file at
+    once can get SQLITE_BUSY here without the busy handler ever being called
+    (SQLite avoids a deadlock between the two lock upgrades), so it is retried
+    for as long as the busy timeout would have waited."""
+    deadline = time.monotonic() + within_s
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
 
 class SqliteJobStore(JobStore):
@@ -72,16 +90,26 @@ class SqliteJobStore(JobStore):
         self.read_only = read_only
         self._lock = threading.RLock()
         self._pid = os.getpid()
-        try:
+        with self._driver_errors("cannot be opened"):
             self._conn = self._connect()
-        except sqlite3.DatabaseError as exc:
-            raise JobStoreError(f"job store {str(self.path)!r} cannot be opened: {exc}") from None
 
     # ----- connection ------------------------------------------------------------
+    @contextmanager
+    def _driver_errors(self, what: str | None = None) -> Iterator[None]:
+        """The one place an sqlite3 error becomes the project's ``JobStoreError``."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            where = f"job store {str(self.path)!r}"
+            if what:  # opening: the driver's traceback adds nothing to the message
+                raise JobStoreError(f"{where} {what}: {exc}") from None
+            raise JobStoreError(f"{where}: {exc}") from exc
+
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
             uri = f"{self.path.as_uri()}?mode=ro"
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout = 10000")
             conn.execute("PRAGMA query_only = ON")
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -90,8 +118,9 @@ class SqliteJobStore(JobStore):
         conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=30.0
         )
+        conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout = 30000")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _use_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version < SCHEMA_VERSION:
@@ -118,43 +147,40 @@ class SqliteJobStore(JobStore):
     def _cursor(self, write: bool = False) -> Iterator[sqlite3.Connection]:
         if write and self.read_only:
             raise JobStoreError("this job store was opened read-only")
-        with self._lock:
+        with self._lock, self._driver_errors():
             if os.getpid() != self._pid:  # a forked child must not share the handle
                 self._pid, self._conn = os.getpid(), self._connect()
             conn = self._conn
+            if not write:
+                yield conn
+                return
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                if write:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        yield conn
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
-                        raise
-                else:
-                    yield conn
-            except sqlite3.DatabaseError as exc:
-                raise JobStoreError(f"job store {str(self.path)!r}: {exc}") from exc
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
     # ----- decoding --------------------------------------------------------------
-    def _row(self, r: Sequence[Any]) -> JobRow:
-        job_id = r[0]
+    def _row(self, r: sqlite3.Row) -> JobRow:
+        job_id = r["job_id"]
         try:
-            doc = json.loads(r[9])
+            doc = json.loads(r["doc"])
             if not isinstance(doc, dict):
                 raise ValueError("not an object")
         except (TypeError, ValueError) as exc:
             doc = unreadable_record(job_id, f"index: {exc}")
         record = dict(doc)
-        for name, value in zip(COLUMNS, r[:9], strict=True):
-            record[name] = value  # the columns stay readable even when the doc is not
+        for name in COLUMNS:
+            record[name] = r[name]  # the columns stay readable even when the doc is not
         record["cancel_requested"] = bool(record["cancel_requested"])
-        au_status, value, error = r[10], r[11], r[12]
+        au_status, value, error = r["status"], r["value"], r["error"]
         if au_status is None:
             return JobRow(record, "failed", None, "the job's status entry is missing")
         result = None
@@ -166,72 +192,46 @@ class SqliteJobStore(JobStore):
                 au_status = "failed"
         return JobRow(record, au_status, result, error)
 
+    def _get(self, c: sqlite3.Connection, job_id: str) -> JobRow | None:
+        r = c.execute(Q["get"], {"job_id": job_id}).fetchone()
+        return None if r is None else self._row(r)
+
     # ----- reads -----------------------------------------------------------------
     def get(self, job_id: str) -> JobRow | None:
         with self._cursor() as c:
-            r = c.execute(_SELECT + " WHERE j.job_id = ?", (job_id,)).fetchone()
-        return None if r is None else self._row(r)
+            return self._get(c, job_id)
 
     def page(
         self, *, status: str | None = None, actor_id: str | None = None, limit: int = 50
     ) -> list[JobRow]:
-        where, args = [], []
-        if status is not None:
-            where.append(f"({_JOB_STATUS}) = ?")
-            args.append(str(status))
-        if actor_id is not None:
-            where.append("j.actor_id = ?")
-            args.append(actor_id)
-        sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY j.created_at DESC, j.job_id DESC LIMIT ?"
+        query = "page" + ("_by_state" if status is not None else "")
+        query += ("_and_actor" if status is not None else "_by_actor") if actor_id else ""
+        args = {"state": None if status is None else str(status), "actor_id": actor_id}
         with self._cursor() as c:
-            rows = c.execute(sql, (*args, int(limit))).fetchall()
+            rows = c.execute(Q[query], {**args, "limit": int(limit)}).fetchall()
         return [self._row(r) for r in rows]
 
     def live(self) -> list[JobRow]:
         with self._cursor() as c:
-            rows = c.execute(
-                _SELECT + " WHERE j.finished_at IS NULL ORDER BY j.created_at"
-            ).fetchall()
+            rows = c.execute(Q["live"]).fetchall()
         return [self._row(r) for r in rows]
 
     def iter_ids(self) -> Iterator[str]:
         with self._cursor() as c:
-            ids = [r[0] for r in c.execute("SELECT job_id FROM jobs ORDER BY created_at DESC")]
+            ids = [r["job_id"] for r in c.execute(Q["iter_ids"])]
         return iter(ids)
 
     # ----- transitions -----------------------------------------------------------
-    def _upsert_job(self, c: sqlite3.Connection, record: Mapping[str, Any]) -> dict[str, Any]:
+    def _put_job(self, c: sqlite3.Connection, record: Mapping[str, Any]) -> dict[str, Any]:
         cols, doc = split_record(record)
-        c.execute(
-            "INSERT OR REPLACE INTO jobs (job_id, created_at, kind, actor_id, attempt,"
-            " cancel_requested, started_at, finished_at, heartbeat_at, runner_id, doc)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                cols["job_id"],
-                cols["created_at"],
-                cols["kind"],
-                actor_id_of(record),
-                cols["attempt"],
-                int(cols["cancel_requested"]),
-                cols["started_at"],
-                cols["finished_at"],
-                cols["heartbeat_at"],
-                cols["runner_id"],
-                _dumps(doc),
-            ),
-        )
+        args = {
+            **cols,
+            "actor_id": actor_id_of(record),
+            "cancel_requested": int(cols["cancel_requested"]),
+            "doc": _dumps(doc),
+        }
+        c.execute(Q["put_job"], args)
         return cols
-
-    def _insert(
-        self, c: sqlite3.Connection, record: Mapping[str, Any], queue_at: float | None
-    ) -> None:
-        cols = self._upsert_job(c, record)
-        c.execute(
-            "INSERT OR REPLACE INTO status (job_id, status, created_at, attempt, queue_at)"
-            " VALUES (?, 'pending', ?, ?, ?)",
-            (cols["job_id"], utc_iso(cols["created_at"]), cols["attempt"], queue_at),
-        )
 
     def create(
         self,
@@ -242,17 +242,26 @@ class SqliteJobStore(JobStore):
     ) -> tuple[JobRow, bool]:
         job_id = record["job_id"]
         with self._cursor(write=True) as c:  # BEGIN IMMEDIATE: one writer at a time
-            r = c.execute(_SELECT + " WHERE j.job_id = ?", (job_id,)).fetchone()
-            if r is not None:
-                existing = self._row(r)
-                if existing.status in ACTIVE_STATUSES:
-                    return existing, False
+            existing = self._get(c, job_id)
+            if existing is not None and existing.status in ACTIVE_STATUSES:
+                return existing, False
             if admit is not None:
                 admit()  # reads through this same connection, inside the transaction
-            if r is not None:
+            if existing is not None:
                 record = {**record, **carry_over(existing.record)}
-                c.execute("DELETE FROM progress WHERE job_id = ?", (job_id,))
-            self._insert(c, record, record["created_at"] if claimable else None)
+                c.execute(Q["delete_progress"], {"job_id": job_id})
+            cols = self._put_job(c, record)
+            c.execute(
+                Q["put_queued_status"],
+                {
+                    "job_id": job_id,
+                    "created_at": utc_iso(cols["created_at"]),
+                    "attempt": cols["attempt"],
+                    "queue_at": record["created_at"] if claimable else None,
+                },
+            )
+        if claimable:
+            self.wake_workers()  # after the commit: a woken worker finds the job
         return JobRow(dict(record), "pending"), True
 
     def _start_rows(
@@ -260,27 +269,15 @@ class SqliteJobStore(JobStore):
     ) -> list[JobRow]:
         rows = []
         for job_id in ids:
-            c.execute(
-                "UPDATE status SET status = 'running', attempt = attempt + 1, queue_at = NULL"
-                " WHERE job_id = ?",
-                (job_id,),
-            )
-            c.execute(
-                "UPDATE jobs SET attempt = attempt + 1, started_at = ?, heartbeat_at = ?,"
-                " runner_id = ? WHERE job_id = ?",
-                (now, now, runner_id, job_id),
-            )
-            rows.append(self._row(c.execute(_SELECT + " WHERE j.job_id = ?", (job_id,)).fetchone()))
+            args = {"job_id": job_id, "now": now, "runner_id": runner_id}
+            c.execute(Q["start_status"], args)
+            c.execute(Q["start_job"], args)
+            rows.append(self._get(c, job_id))
         return rows
 
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
         with self._cursor(write=True) as c:
-            ok = c.execute(
-                "SELECT 1 FROM status s JOIN jobs j ON j.job_id = s.job_id"
-                " WHERE s.job_id = ? AND s.status = 'pending' AND NOT j.cancel_requested",
-                (job_id,),
-            ).fetchone()
-            if not ok:
+            if not c.execute(Q["can_start"], {"job_id": job_id}).fetchone():
                 return None
             return self._start_rows(c, [job_id], now, runner_id)[0]
 
@@ -289,53 +286,74 @@ class SqliteJobStore(JobStore):
     ) -> list[JobRow]:
         if not kinds or limit < 1:
             return []
-        marks = ",".join("?" * len(kinds))
+        args = {"now": now, "kinds": json.dumps(list(kinds)), "limit": int(limit)}
         with self._cursor(write=True) as c:
-            ids = [
-                r[0]
-                for r in c.execute(
-                    "SELECT s.job_id FROM status s JOIN jobs j ON j.job_id = s.job_id"
-                    " WHERE s.queue_at IS NOT NULL AND s.queue_at <= ? AND s.status = 'pending'"
-                    f" AND NOT j.cancel_requested AND j.kind IN ({marks})"
-                    " ORDER BY s.queue_at, s.job_id LIMIT ?",
-                    (now, *kinds, limit),
-                )
-            ]
+            ids = [r["job_id"] for r in c.execute(Q["claimable"], args)]
             return self._start_rows(c, ids, now, runner_id) if ids else []
 
-    def _fence_ok(self, c: sqlite3.Connection, job_id: str, attempt: int | None) -> bool:
-        r = c.execute("SELECT attempt FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return r is not None and (attempt is None or r[0] == attempt)
+    def _fence(self, c: sqlite3.Connection, job_id: str, attempt: int | None) -> str | None:
+        """The job's doc when a write fenced by ``attempt`` may go ahead, else None."""
+        r = c.execute(Q["fence"], {"job_id": job_id}).fetchone()
+        if r is None or (attempt is not None and r["attempt"] != attempt):
+            return None
+        return r["doc"]
 
-    def _patch(self, c: sqlite3.Connection, job_id: str, fields: Mapping[str, Any]) -> None:
-        sets, col_args, paths, doc_args = [], [], [], []
+    def _patch(
+        self, c: sqlite3.Connection, job_id: str, fields: Mapping[str, Any], doc: str
+    ) -> None:
+        """Set record fields: columns by their set flags (indexed ones by their
+        own statement), doc fields merged into ``doc`` (the job's current doc
+        text) at the top level."""
+        args: dict[str, Any] = {"job_id": job_id, "doc": None, "doc_patch": None}
+        args.update({f"set_{name}": False for name in _PATCHED_BY_FLAG})
+        args.update(dict.fromkeys(_PATCHED_BY_FLAG))
+        alone: list[str] = []
+        merged: dict[str, Any] = {}
         for name, value in fields.items():
             if not _FIELD_NAME.fullmatch(name):
                 raise ValueError(f"not a record field name: {name!r}")
             if name == "job_id":
                 continue
             if name in COLUMNS:
-                sets.append(f"{name} = ?")
-                col_args.append(int(bool(value)) if name == "cancel_requested" else value)
+                args[name] = int(bool(value)) if name == "cancel_requested" else value
+                if name in _PATCHED_ALONE:
+                    alone.append(name)
+                else:
+                    args[f"set_{name}"] = True
             else:
-                paths.append(f"'$.{name}', json(?)")
-                doc_args.append(_dumps(value))
+                merged[name] = value
         if "actor" in fields:
-            sets.append("actor_id = ?")
-            col_args.append(actor_id_of(fields))
-        if paths:
-            sets.append(f"doc = json_set(doc, {', '.join(paths)})")
-        if sets:
-            c.execute(
-                f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ?",
-                (*col_args, *doc_args, job_id),
-            )
+            args["actor_id"] = actor_id_of(fields)
+            alone.append("actor_id")
+        if any(value is None or isinstance(value, dict) for value in merged.values()):
+            args["doc"] = self._merged_doc(job_id, doc, merged)
+        elif merged:  # merged by SQLite: no parse and re-dump of the doc here
+            args["doc_patch"] = _dumps(merged)
+        if merged or any(args[f"set_{name}"] for name in _PATCHED_BY_FLAG):
+            c.execute(Q["patch"], args)
+        for name in alone:
+            c.execute(Q[f"patch_{name}"], args)
+
+    def _merged_doc(self, job_id: str, doc: str, fields: Mapping[str, Any]) -> str:
+        """``doc`` with these fields set at the top level (ValueError or TypeError,
+        before anything is written, when a value is not JSON)."""
+        try:
+            current = json.loads(doc)
+            if not isinstance(current, dict):
+                raise ValueError("not an object")
+        except (TypeError, ValueError):
+            raise JobStoreError(
+                f"job store {str(self.path)!r}: job {job_id}: malformed JSON"
+            ) from None
+        current.update(fields)
+        return _dumps(current)
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
         with self._cursor(write=True) as c:
-            if not self._fence_ok(c, job_id, attempt):
+            doc = self._fence(c, job_id, attempt)
+            if doc is None:
                 return False
-            self._patch(c, job_id, fields)
+            self._patch(c, job_id, fields, doc)
             return True
 
     def finish(
@@ -348,44 +366,38 @@ class SqliteJobStore(JobStore):
         fields: Mapping[str, Any],
         attempt: int | None,
     ) -> bool:
-        value = None if result is None else _dumps(result)
+        args = {
+            "job_id": job_id,
+            "au_status": au_status.value,
+            "value": None if result is None else _dumps(result),
+            "error": error,
+            "completed_at": datetime.now().astimezone().isoformat(),
+        }
         with self._cursor(write=True) as c:
-            if not self._fence_ok(c, job_id, attempt):
+            doc = self._fence(c, job_id, attempt)
+            if doc is None:
                 return False
-            c.execute(
-                "UPDATE status SET status = ?, value = ?, error = ?, completed_at = ?,"
-                " queue_at = NULL WHERE job_id = ?",
-                (
-                    au_status.value,
-                    value,
-                    error,
-                    datetime.now().astimezone().isoformat(),
-                    job_id,
-                ),
-            )
-            self._patch(c, job_id, fields)
+            c.execute(Q["finish_status"], args)
+            self._patch(c, job_id, fields, doc)
             return True
 
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
     ) -> bool:
         with self._cursor(write=True) as c:
-            if not self._fence_ok(c, job_id, attempt):
+            doc = self._fence(c, job_id, attempt)
+            if doc is None:
                 return False
-            c.execute(
-                "UPDATE status SET status = 'pending', value = NULL, error = NULL,"
-                " completed_at = NULL, queue_at = ? WHERE job_id = ?",
-                (not_before, job_id),
-            )
-            self._patch(c, job_id, {**fields, "started_at": None, "heartbeat_at": None})
+            c.execute(Q["requeue_status"], {"job_id": job_id, "not_before": not_before})
+            fields = {**fields, "started_at": None, "heartbeat_at": None}
+            self._patch(c, job_id, fields, doc)
             return True
 
     def request_cancel(self, job_id: str, *, now: float) -> JobRow | None:
         with self._cursor(write=True) as c:
-            r = c.execute(_SELECT + " WHERE j.job_id = ?", (job_id,)).fetchone()
-            if r is None:
+            row = self._get(c, job_id)
+            if row is None:
                 return None
-            row = self._row(r)
             state = row.status.value
             if state not in ("queued", "running"):
                 return row
@@ -396,198 +408,151 @@ class SqliteJobStore(JobStore):
                     "error": "cancelled before start",
                     "error_kind": "cancelled",
                 }
-            c.execute(
-                "UPDATE status SET status = 'cancelled', terminal_reason = 'cancel requested',"
-                " queue_at = NULL WHERE job_id = ?",
-                (job_id,),
-            )
-            self._patch(c, job_id, fields)
-            return self._row(c.execute(_SELECT + " WHERE j.job_id = ?", (job_id,)).fetchone())
+            c.execute(Q["cancel_status"], {"job_id": job_id})
+            self._patch(c, job_id, fields, self._fence(c, job_id, None))
+            return self._get(c, job_id)
 
     def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
         ids = list(job_ids)
+        args = {"now": now, "runner_id": runner_id, "job_ids": json.dumps(ids)}
         with self._cursor(write=True) as c:
-            c.execute("UPDATE runners SET beat_at = ? WHERE runner_id = ?", (now, runner_id))
+            c.execute(Q["beat_runner"], args)
             if not ids:
                 return set()
-            marks = ",".join("?" * len(ids))
-            c.execute(
-                f"UPDATE jobs SET heartbeat_at = ? WHERE job_id IN ({marks})"
-                " AND finished_at IS NULL AND runner_id = ?",
-                (now, *ids, runner_id),
-            )
-            return {
-                r[0]
-                for r in c.execute(
-                    f"SELECT job_id FROM jobs WHERE job_id IN ({marks}) AND (cancel_requested"
-                    " OR finished_at IS NOT NULL OR runner_id IS NOT ?)",
-                    (*ids, runner_id),
-                )
-            }
+            c.execute(Q["beat_jobs"], args)
+            return {r["job_id"] for r in c.execute(Q["jobs_to_stop"], args)}
 
     # ----- learning, progress, runners -------------------------------------------
     def samples(self, keys: Sequence[str], *, window: int) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {key: [] for key in keys}
         if not keys:
             return out
-        marks = ",".join("?" * len(out))
+        args = {"keys": json.dumps(list(out)), "window": int(window)}
         with self._cursor() as c:  # one query for every key: enqueue reads ~25 of them
-            rows = c.execute(
-                "SELECT key, seconds FROM (SELECT key, seconds, at, rowid AS r,"
-                " row_number() OVER (PARTITION BY key ORDER BY at DESC, rowid DESC) AS n"
-                f" FROM durations WHERE key IN ({marks})) WHERE n <= ? ORDER BY key, at, r",
-                (*out, int(window)),
-            ).fetchall()
-        for key, seconds in rows:
-            out[key].append(seconds)
+            rows = c.execute(Q["samples"], args).fetchall()
+        for r in rows:
+            out[r["key"]].append(r["seconds"])
         return out
 
     def add_samples(self, samples: Mapping[str, float], *, now: float, window: int) -> None:
         with self._cursor(write=True) as c:
             c.executemany(
-                "INSERT INTO durations (key, at, seconds) VALUES (?, ?, ?)",
-                [(key, now, float(seconds)) for key, seconds in samples.items()],
+                Q["add_sample"],
+                [{"key": key, "now": now, "seconds": float(s)} for key, s in samples.items()],
             )
             for key in samples:
-                c.execute(
-                    "DELETE FROM durations WHERE key = ? AND rowid NOT IN (SELECT rowid"
-                    " FROM durations WHERE key = ? ORDER BY at DESC, rowid DESC LIMIT ?)",
-                    (key, key, window),
-                )
+                c.execute(Q["prune_samples"], {"key": key, "window": window})
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
+        stage = beat.get("stage")
+        args = {
+            "job_id": job_id,
+            "attempt": attempt,
+            "ts": beat["ts"],
+            "pct": beat.get("pct"),
+            "message": beat.get("message"),
+            "stage": None if stage is None else _dumps(stage),
+        }
         with self._cursor(write=True) as c:
-            if not self._fence_ok(c, job_id, attempt):
+            if self._fence(c, job_id, attempt) is None:
                 return False
-            stage = beat.get("stage")
-            c.execute(
-                "INSERT INTO progress (job_id, attempt, ts, pct, message, stage)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    job_id,
-                    attempt,
-                    beat["ts"],
-                    beat.get("pct"),
-                    beat.get("message"),
-                    None if stage is None else _dumps(stage),
-                ),
-            )
+            c.execute(Q["append_progress"], args)
             return True
 
     def progress(self, job_id: str, *, limit: int) -> list[dict[str, Any]]:
         with self._cursor() as c:
-            rows = c.execute(
-                "SELECT ts, pct, message, stage, attempt FROM progress WHERE job_id = ?"
-                " ORDER BY seq DESC LIMIT ?",
-                (job_id, int(limit)),
-            ).fetchall()
+            rows = c.execute(Q["progress"], {"job_id": job_id, "limit": int(limit)}).fetchall()
         return [
             {
-                "ts": ts,
-                "pct": pct,
-                "message": msg,
-                "stage": None if stage is None else json.loads(stage),
-                "attempt": att,
+                "ts": r["ts"],
+                "pct": r["pct"],
+                "message": r["message"],
+                "stage": None if r["stage"] is None else json.loads(r["stage"]),
+                "attempt": r["attempt"],
             }
-            for ts, pct, msg, stage, att in reversed(rows)
+            for r in reversed(rows)
         ]
 
     def register_runner(self, runner_id: str, info: Mapping[str, Any], *, now: float) -> None:
+        args = {"runner_id": runner_id, "info": _dumps(dict(info)), "now": now}
         with self._cursor(write=True) as c:
-            c.execute(
-                "INSERT OR REPLACE INTO runners (runner_id, info, started_at, beat_at)"
-                " VALUES (?, ?, ?, ?)",
-                (runner_id, _dumps(dict(info)), now, now),
-            )
+            c.execute(Q["register_runner"], args)
 
     def unregister_runner(self, runner_id: str) -> None:
         with self._cursor(write=True) as c:
-            c.execute("DELETE FROM runners WHERE runner_id = ?", (runner_id,))
+            c.execute(Q["unregister_runner"], {"runner_id": runner_id})
 
     def runners(self) -> list[dict[str, Any]]:
         with self._cursor() as c:
-            rows = c.execute("SELECT runner_id, info, started_at, beat_at FROM runners").fetchall()
+            rows = c.execute(Q["runners"]).fetchall()
         return [
-            {**json.loads(info), "runner_id": rid, "started_at": st, "beat_at": beat}
-            for rid, info, st, beat in rows
+            {
+                **json.loads(r["info"]),
+                "runner_id": r["runner_id"],
+                "started_at": r["started_at"],
+                "beat_at": r["beat_at"],
+            }
+            for r in rows
         ]
 
     def spend(self) -> dict[str, Any]:
         with self._cursor() as c:
-            actual, lower, live, unknown = c.execute(
-                "SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)"
-                "   + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)"
-                "   + CASE WHEN finished_at IS NULL THEN 0"
-                "     ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0),"
-                " coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL"
-                "   AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0),"
-                " coalesce(sum(CASE WHEN finished_at IS NULL"
-                "   THEN json_extract(doc, '$.estimated_usd') END), 0.0),"
-                " count(CASE WHEN finished_at IS NULL"
-                "   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)"
-                " FROM jobs"
-            ).fetchone()
+            r = c.execute(Q["spend"]).fetchone()
         return {
-            "actual_usd": float(actual),
-            "live_estimated_usd": float(live),
-            "live_unknown": int(unknown),
-            "lower_bound": bool(lower),
+            "actual_usd": float(r["actual_usd"]),
+            "live_estimated_usd": float(r["live_estimated_usd"]),
+            "live_unknown": int(r["live_unknown"]),
+            "lower_bound": bool(r["lower_bound"]),
         }
 
-    # ----- raw access ------------------------------------------------------------
+    # ----- waking idle workers ----------------------------------------------------
+    def wake_listener(self, runner_id: str) -> WakeListener:
+        """A Unix datagram socket; its address is announced in the runners table."""
+        return WakeListener(f"nw-jobs/{runner_id}")
+
+    def wake_workers(self) -> None:
+        """A datagram to each announced runner's wake address."""
+        wake_runners(self)
+
+    # ----- raw access behind the views ------------------------------------------
     def put_record(self, record: Mapping[str, Any]) -> None:
         with self._cursor(write=True) as c:
-            exists = c.execute(
-                "SELECT 1 FROM status WHERE job_id = ?", (record["job_id"],)
-            ).fetchone()
-            cols = self._upsert_job(c, record)
-            if not exists:
-                c.execute(
-                    "INSERT INTO status (job_id, status, created_at) VALUES (?, 'pending', ?)",
-                    (cols["job_id"], utc_iso(cols["created_at"])),
-                )
+            cols = self._put_job(c, record)
+            c.execute(
+                Q["add_pending_status"],
+                {"job_id": cols["job_id"], "created_at": utc_iso(cols["created_at"])},
+            )
 
     def delete(self, job_id: str) -> None:
         with self._cursor(write=True) as c:
-            for table in ("jobs", "status", "progress"):
-                c.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+            for query in ("delete_job", "delete_status", "delete_progress"):
+                c.execute(Q[query], {"job_id": job_id})
 
     def get_status(self, job_id: str) -> ComputationResult | None:
         with self._cursor() as c:
-            r = c.execute(
-                "SELECT status, value, error, terminal_reason, created_at, completed_at, attempt"
-                " FROM status WHERE job_id = ?",
-                (job_id,),
-            ).fetchone()
+            r = c.execute(Q["get_status"], {"job_id": job_id}).fetchone()
         if r is None:
             return None
-        status, value, error, reason, created, completed, attempt = r
+        completed = r["completed_at"]
         return ComputationResult(
-            value=None if value is None else json.loads(value),
-            status=ComputationStatus(status),
-            error=Exception(error) if error else None,
-            created_at=datetime.fromisoformat(created),
+            value=None if r["value"] is None else json.loads(r["value"]),
+            status=ComputationStatus(r["status"]),
+            error=Exception(r["error"]) if r["error"] else None,
+            created_at=datetime.fromisoformat(r["created_at"]),
             completed_at=datetime.fromisoformat(completed) if completed else None,
-            metadata={"attempt": attempt},
-            terminal_reason=reason,
+            metadata={"attempt": r["attempt"]},
+            terminal_reason=r["terminal_reason"],
         )
 
     def put_status(self, job_id: str, result: ComputationResult) -> None:
-        value = None if result.value is None else _dumps(result.value)
+        args = {
+            "job_id": job_id,
+            "status": result.status.value,
+            "value": None if result.value is None else _dumps(result.value),
+            "error": None if result.error is None else str(result.error),
+            "terminal_reason": result.terminal_reason,
+            "created_at": result.created_at.isoformat(),
+            "completed_at": result.completed_at.isoformat() if result.completed_at else None,
+        }
         with self._cursor(write=True) as c:
-            c.execute(
-                "INSERT INTO status (job_id, status, value, error, terminal_reason, created_at,"
-                " completed_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT (job_id) DO UPDATE SET"
-                " status = excluded.status, value = excluded.value, error = excluded.error,"
-                " terminal_reason = excluded.terminal_reason,"
-                " completed_at = excluded.completed_at, queue_at = NULL",
-                (
-                    job_id,
-                    result.status.value,
-                    value,
-                    None if result.error is None else str(result.error),
-                    result.terminal_reason,
-                    result.created_at.isoformat(),
-                    result.completed_at.isoformat() if result.completed_at else None,
-                ),
-            )
+            c.execute(Q["put_status"], args)

@@ -1,0 +1,88 @@
+"""One psycopg connection pool per database URL per process.
+
+Every project's store on the same URL shares one
+``psycopg_pool.ConnectionPool`` of autocommit connections whose rows read as
+dicts (by column name); a store handle is light. A forked child never
+touches its parent's pools: it opens its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+POOL_MAX_ENV = "NW_JOBS_PG_POOL_MAX"
+
+_POOLS: dict[str, ConnectionPool] = {}
+_POOLS_PID = os.getpid()
+_ORPHANS: list[ConnectionPool] = []  # a forked child keeps (never uses) the parent's pools
+_POOLS_LOCK = threading.Lock()
+
+
+def pool_for(url: str, display: str) -> ConnectionPool:
+    """This process's pool for ``url`` (opened on first use)."""
+    global _POOLS_PID
+    with _POOLS_LOCK:
+        if os.getpid() != _POOLS_PID:
+            _ORPHANS.extend(_POOLS.values())
+            _POOLS.clear()
+            _POOLS_PID = os.getpid()
+        pool = _POOLS.get(url)
+        if pool is None:
+            pool = _POOLS[url] = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=int(os.environ.get(POOL_MAX_ENV) or 16),
+                kwargs={
+                    "autocommit": True,
+                    "application_name": "nw-jobs",
+                    "row_factory": dict_row,
+                },
+                configure=_configure,
+                name=f"nw-jobs {display}",
+                open=True,
+                timeout=5.0,
+                reconnect_timeout=0,  # never give up: the retry loop decides
+                max_idle=300.0,
+            )
+        return pool
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    """Session settings of every pooled connection.
+
+    No bitmap scans: every query of the store is a short ordered walk of one
+    index (a page, a claim's due jobs) or a key lookup. A bitmap scan reads the
+    whole range and sorts it, which the planner picks when its statistics
+    are stale (a backlog that grew since the last ANALYZE looks like 2 rows),
+    and then a claim of 8 jobs reads the entire queue. Sorts are discouraged
+    for the same reason: a newest-first page must walk its ordered index and
+    stop after ``limit`` rows, never sort the whole project because the
+    planner guessed the project holds 50 rows (``project_id`` carries no
+    statistics, see 0001_init.sql). Both are only cost penalties: a query
+    with no other way still runs. No JIT: these are millisecond queries, and
+    the penalties would push their cost past ``jit_above_cost`` (a 350 ms
+    compile per claim).
+    """
+    conn.execute("SET enable_bitmapscan = off")
+    conn.execute("SET enable_sort = off")
+    conn.execute("SET jit = off")  # the penalties above would otherwise cross jit_above_cost
+
+
+def close_pools() -> None:
+    """Close this process's pools (tests; a process done with its databases)."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values()) if os.getpid() == _POOLS_PID else []
+        _POOLS.clear()
+    for pool in pools:
+        with contextlib.suppress(Exception):
+            pool.close(timeout=1.0)
+
+
+atexit.register(close_pools)

@@ -1,0 +1,558 @@
+-- The PostgreSQL store's statements (schema nw_jobs, see pg_migrations/).
+-- Loaded by nw.jobs.stores.sql.load_queries; parameters are psycopg's
+-- %(name)s. Every statement is scoped to one project by %(project_id)s.
+--
+-- A job is read as one row: the columns of its record in `jobs`, the rest of
+-- the record in `doc`, and its status entry (status, value, error). The status
+-- entry is looked up per job row (LATERAL: a primary-key probe), so a page
+-- reads its 50 rows from one ordered index and 50 status rows, whatever the
+-- planner believes about the size of the project.
+--
+-- Lock order: a statement locks the `jobs` row before the `status` row (the
+-- status update reads from the jobs update), so transitions do not deadlock.
+
+-- name: get
+-- One job with its status entry.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s;
+
+-- name: lock
+-- `create` found the job: lock its row to decide. After waiting for the lock,
+-- PostgreSQL re-reads the locked `jobs` row but not the LATERAL status row (it
+-- keeps the statement's snapshot), so liveness is decided from the locked
+-- row's own columns: `state` (generated from `au_status`, which every
+-- transition writes with the status row) and `au_status`.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error,
+       j.state, j.au_status
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
+   FOR UPDATE OF j;
+
+-- name: by_lease
+-- The jobs a claim or start took under its lease token: a retry whose first
+-- try committed before its reply was lost recovers them instead of claiming more.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.lease = %(lease)s
+ ORDER BY j.job_id;
+
+-- name: page
+-- Newest first (index jobs_page).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT %(limit)s;
+
+-- name: page_by_state
+-- Newest first with one job status (index jobs_state; `state` is generated
+-- from the columns as nw.jobs.status.job_status derives it).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.state = %(state)s
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT %(limit)s;
+
+-- name: page_by_actor
+-- Newest first of one actor (index jobs_actor).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.actor_id = %(actor_id)s
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT %(limit)s;
+
+-- name: page_by_state_and_actor
+-- Newest first of one actor with one job status.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.state = %(state)s AND j.actor_id = %(actor_id)s
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT %(limit)s;
+
+-- name: live
+-- Every unfinished job, oldest first (index jobs_live).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.finished_at IS NULL
+ ORDER BY j.created_at, j.job_id;
+
+-- name: iter_ids
+-- Job ids, newest first.
+SELECT job_id FROM nw_jobs.jobs
+ WHERE project_id = %(project_id)s
+ ORDER BY created_at DESC, job_id DESC;
+
+-- name: lock_project_creates
+-- Serialises the creates of one project for the length of a transaction (the
+-- budget gate reads the committed spend inside it).
+SELECT pg_advisory_xact_lock(hashtext(%(project_id)s));
+
+-- name: create
+-- Put-if-absent: the primary key (project_id, job_id) is the dedup constraint.
+-- A new job is queued (au pending) with its status entry; a claimable one
+-- (queue_at set) notifies the project's channel in the same statement, so
+-- idle workers wake at commit. Returns (inserted, notified) counts.
+WITH jb AS (
+  INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
+                            attempt, cancel_requested, started_at, finished_at, heartbeat_at,
+                            runner_id, doc, au_status, queue_at)
+  VALUES (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
+          %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
+          %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', %(queue_at)s)
+  ON CONFLICT (project_id, job_id) DO NOTHING
+  RETURNING job_id
+), sb AS (
+  INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
+  SELECT %(project_id)s, job_id, 'pending', to_timestamp(%(created_at)s), %(attempt)s FROM jb
+  ON CONFLICT (project_id, job_id) DO UPDATE
+     SET status = 'pending', value = NULL, error = NULL, terminal_reason = NULL,
+         created_at = excluded.created_at, completed_at = NULL, attempt = excluded.attempt
+)
+SELECT (SELECT count(*) FROM jb) AS inserted,
+       (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, %(kind)s) FROM jb
+                               WHERE %(queue_at)s::double precision IS NOT NULL) n) AS notified;
+
+-- name: replace
+-- A finished job (locked by `lock`) is replaced by a new run: every record
+-- column, a fresh status entry, no progress trail. Notifies like `create`.
+WITH jb AS (
+  UPDATE nw_jobs.jobs j
+     SET (project_id, job_id, created_at, kind, idempotency_key, actor_id, attempt,
+          cancel_requested, started_at, finished_at, heartbeat_at, runner_id, doc,
+          au_status, queue_at, lease)
+       = (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
+          %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
+          %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', %(queue_at)s, NULL)
+   WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
+  RETURNING j.job_id
+), pb AS (
+  DELETE FROM nw_jobs.progress WHERE project_id = %(project_id)s AND job_id = %(job_id)s
+), sb AS (
+  INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
+  SELECT %(project_id)s, job_id, 'pending', to_timestamp(%(created_at)s), %(attempt)s FROM jb
+  ON CONFLICT (project_id, job_id) DO UPDATE
+     SET status = 'pending', value = NULL, error = NULL, terminal_reason = NULL,
+         created_at = excluded.created_at, completed_at = NULL, attempt = excluded.attempt
+)
+SELECT count(*) AS notified
+  FROM (SELECT pg_notify(%(channel)s, %(kind)s) FROM jb
+         WHERE %(queue_at)s::double precision IS NOT NULL) n;
+
+-- name: start
+-- queued -> running for the process holding the callable: bumps the attempt
+-- (the lease counter), stamps started_at and a first beat, takes the lease.
+-- No row when the job is no longer queued (cancelled first, or gone).
+WITH picked AS (
+  SELECT job_id, 0 AS queue_at FROM nw_jobs.jobs
+   WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND au_status = 'pending'
+     AND NOT cancel_requested
+     FOR UPDATE
+), jb AS (
+  UPDATE nw_jobs.jobs j
+     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
+         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL
+    FROM picked
+   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
+  RETURNING j.*
+), sb AS (
+  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
+    FROM jb
+   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
+  RETURNING s.job_id, s.status, s.value, s.error
+)
+SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,
+       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error
+  FROM jb JOIN picked USING (job_id) LEFT JOIN sb USING (job_id)
+ ORDER BY picked.queue_at, jb.job_id;
+
+-- name: claim
+-- The oldest due claimable jobs of these kinds, up to %(limit)s, moved to
+-- running as by `start`: SKIP LOCKED over the small partial index jobs_queue,
+-- so concurrent claims never take the same job and never wait on each other.
+WITH picked AS (
+  SELECT job_id, queue_at FROM nw_jobs.jobs
+   WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
+     AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested
+   ORDER BY queue_at, job_id
+   LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED
+), jb AS (
+  UPDATE nw_jobs.jobs j
+     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
+         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL
+    FROM picked
+   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
+  RETURNING j.*
+), sb AS (
+  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
+    FROM jb
+   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
+  RETURNING s.job_id, s.status, s.value, s.error
+)
+SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,
+       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error
+  FROM jb JOIN picked USING (job_id) LEFT JOIN sb USING (job_id)
+ ORDER BY picked.queue_at, jb.job_id;
+
+-- name: patch
+-- Fenced update of record fields. %(cols)s is a JSON object of the column
+-- fields to set (a key that is absent leaves its column unchanged; one
+-- present with null clears it); %(doc)s is merged into `doc` at the top
+-- level. One statement text whatever the fields, so it is prepared once.
+-- A null %(attempt)s means unfenced.
+WITH p AS (SELECT %(cols)s::jsonb AS c, %(doc)s::jsonb AS d)
+UPDATE nw_jobs.jobs j
+   SET created_at = CASE WHEN p.c ? 'created_at' THEN (p.c->>'created_at')::double precision ELSE j.created_at END,
+       kind = CASE WHEN p.c ? 'kind' THEN p.c->>'kind' ELSE j.kind END,
+       idempotency_key = CASE WHEN p.c ? 'idempotency_key' THEN p.c->>'idempotency_key' ELSE j.idempotency_key END,
+       actor_id = CASE WHEN p.c ? 'actor_id' THEN p.c->>'actor_id' ELSE j.actor_id END,
+       attempt = CASE WHEN p.c ? 'attempt' THEN (p.c->>'attempt')::integer ELSE j.attempt END,
+       cancel_requested = CASE WHEN p.c ? 'cancel_requested' THEN (p.c->>'cancel_requested')::boolean ELSE j.cancel_requested END,
+       started_at = CASE WHEN p.c ? 'started_at' THEN (p.c->>'started_at')::double precision ELSE j.started_at END,
+       finished_at = CASE WHEN p.c ? 'finished_at' THEN (p.c->>'finished_at')::double precision ELSE j.finished_at END,
+       heartbeat_at = CASE WHEN p.c ? 'heartbeat_at' THEN (p.c->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
+       runner_id = CASE WHEN p.c ? 'runner_id' THEN p.c->>'runner_id' ELSE j.runner_id END,
+       doc = j.doc || p.d
+  FROM p
+ WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
+   AND j.attempt = coalesce(%(attempt)s::integer, j.attempt);
+
+-- name: finish_many
+-- Terminal writes, many in one statement (the group commit of `finish`):
+-- %(batch)s is a JSON array of {job_id, attempt, au_status, value, error,
+-- cols, doc}, each fenced by its attempt and patched as by `patch`; the
+-- status entries of the jobs that passed their fence are written from the
+-- jobs update. Returns the ids written.
+WITH p AS (
+  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
+      AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
+           cols jsonb, doc jsonb)
+), jb AS (
+  UPDATE nw_jobs.jobs j
+     SET created_at = CASE WHEN p.cols ? 'created_at' THEN (p.cols->>'created_at')::double precision ELSE j.created_at END,
+         kind = CASE WHEN p.cols ? 'kind' THEN p.cols->>'kind' ELSE j.kind END,
+         idempotency_key = CASE WHEN p.cols ? 'idempotency_key' THEN p.cols->>'idempotency_key' ELSE j.idempotency_key END,
+         actor_id = CASE WHEN p.cols ? 'actor_id' THEN p.cols->>'actor_id' ELSE j.actor_id END,
+         attempt = CASE WHEN p.cols ? 'attempt' THEN (p.cols->>'attempt')::integer ELSE j.attempt END,
+         cancel_requested = CASE WHEN p.cols ? 'cancel_requested' THEN (p.cols->>'cancel_requested')::boolean ELSE j.cancel_requested END,
+         started_at = CASE WHEN p.cols ? 'started_at' THEN (p.cols->>'started_at')::double precision ELSE j.started_at END,
+         finished_at = CASE WHEN p.cols ? 'finished_at' THEN (p.cols->>'finished_at')::double precision ELSE j.finished_at END,
+         heartbeat_at = CASE WHEN p.cols ? 'heartbeat_at' THEN (p.cols->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
+         runner_id = CASE WHEN p.cols ? 'runner_id' THEN p.cols->>'runner_id' ELSE j.runner_id END,
+         doc = j.doc || p.doc,
+         au_status = p.au_status,
+         queue_at = NULL
+    FROM p
+   WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
+     AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
+  RETURNING j.job_id
+), sb AS (
+  UPDATE nw_jobs.status s
+     SET status = p.au_status, value = p.value, error = p.error, completed_at = now()
+    FROM jb JOIN p ON p.job_id = jb.job_id
+   WHERE s.project_id = %(project_id)s AND s.job_id = ANY(%(job_ids)s::text[])
+     AND s.job_id = jb.job_id
+)
+SELECT job_id FROM jb;
+
+-- name: requeue
+-- A failed attempt goes back to the queue, due at %(not_before)s (fenced;
+-- record fields patched as by `patch`); its lease is dropped.
+WITH p AS (SELECT %(cols)s::jsonb AS c, %(doc)s::jsonb AS d),
+jb AS (
+  UPDATE nw_jobs.jobs j
+     SET created_at = CASE WHEN p.c ? 'created_at' THEN (p.c->>'created_at')::double precision ELSE j.created_at END,
+         kind = CASE WHEN p.c ? 'kind' THEN p.c->>'kind' ELSE j.kind END,
+         idempotency_key = CASE WHEN p.c ? 'idempotency_key' THEN p.c->>'idempotency_key' ELSE j.idempotency_key END,
+         actor_id = CASE WHEN p.c ? 'actor_id' THEN p.c->>'actor_id' ELSE j.actor_id END,
+         attempt = CASE WHEN p.c ? 'attempt' THEN (p.c->>'attempt')::integer ELSE j.attempt END,
+         cancel_requested = CASE WHEN p.c ? 'cancel_requested' THEN (p.c->>'cancel_requested')::boolean ELSE j.cancel_requested END,
+         started_at = CASE WHEN p.c ? 'started_at' THEN (p.c->>'started_at')::double precision ELSE j.started_at END,
+         finished_at = CASE WHEN p.c ? 'finished_at' THEN (p.c->>'finished_at')::double precision ELSE j.finished_at END,
+         heartbeat_at = CASE WHEN p.c ? 'heartbeat_at' THEN (p.c->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
+         runner_id = CASE WHEN p.c ? 'runner_id' THEN p.c->>'runner_id' ELSE j.runner_id END,
+         doc = j.doc || p.d,
+         au_status = 'pending',
+         queue_at = %(not_before)s,
+         lease = NULL
+    FROM p
+   WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
+     AND j.attempt = coalesce(%(attempt)s::integer, j.attempt)
+  RETURNING j.job_id
+), sb AS (
+  UPDATE nw_jobs.status s
+     SET status = 'pending', value = NULL, error = NULL, completed_at = NULL
+    FROM jb
+   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
+)
+SELECT count(*) AS requeued FROM jb;
+
+-- name: request_cancel
+-- Sets the cancel flag of a queued or running job and flips its au status to
+-- cancelled. A queued job is finished at once (it never runs), with %(doc)s
+-- (why) merged into its record; a running one reads `cancelling` until its
+-- body stops. A finished job is left alone.
+WITH cur AS (
+  SELECT job_id, au_status = 'pending' AS queued FROM nw_jobs.jobs
+   WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND NOT cancel_requested
+     AND au_status IN ('pending', 'running')
+     FOR UPDATE
+), jb AS (
+  UPDATE nw_jobs.jobs j
+     SET cancel_requested = true, au_status = 'cancelled', queue_at = NULL,
+         finished_at = CASE WHEN cur.queued THEN %(now)s ELSE j.finished_at END,
+         doc = CASE WHEN cur.queued THEN j.doc || %(doc)s::jsonb ELSE j.doc END
+    FROM cur
+   WHERE j.project_id = %(project_id)s AND j.job_id = cur.job_id
+  RETURNING j.job_id
+), sb AS (
+  UPDATE nw_jobs.status s SET status = 'cancelled', terminal_reason = 'cancel requested'
+    FROM jb
+   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
+)
+SELECT count(*) AS cancelled FROM jb;
+
+-- name: beat
+-- One heartbeat for a runner and the running jobs it holds; returns the ids
+-- among them it should stop (cancel requested, finished, or taken over).
+WITH rb AS (
+  UPDATE nw_jobs.runners SET beat_at = %(now)s
+   WHERE project_id = %(project_id)s AND runner_id = %(runner_id)s
+), jb AS (
+  UPDATE nw_jobs.jobs SET heartbeat_at = %(now)s
+   WHERE project_id = %(project_id)s AND job_id = ANY(%(job_ids)s::text[])
+     AND finished_at IS NULL AND runner_id = %(runner_id)s
+)
+SELECT job_id FROM nw_jobs.jobs
+ WHERE project_id = %(project_id)s AND job_id = ANY(%(job_ids)s::text[])
+   AND (cancel_requested OR finished_at IS NOT NULL OR runner_id IS DISTINCT FROM %(runner_id)s);
+
+-- name: put_record
+-- Upsert a whole record (unfenced: the index view's __setitem__). A new job
+-- takes its au status from an existing status entry, else pending, and gets
+-- a pending status entry if it has none.
+WITH jb AS (
+  INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
+                            attempt, cancel_requested, started_at, finished_at, heartbeat_at,
+                            runner_id, doc, au_status)
+  VALUES (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
+          %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
+          %(heartbeat_at)s, %(runner_id)s, %(doc)s,
+          coalesce((SELECT status FROM nw_jobs.status
+                     WHERE project_id = %(project_id)s AND job_id = %(job_id)s), 'pending'))
+  ON CONFLICT (project_id, job_id) DO UPDATE
+     SET created_at = excluded.created_at, kind = excluded.kind,
+         idempotency_key = excluded.idempotency_key, actor_id = excluded.actor_id,
+         attempt = excluded.attempt, cancel_requested = excluded.cancel_requested,
+         started_at = excluded.started_at, finished_at = excluded.finished_at,
+         heartbeat_at = excluded.heartbeat_at, runner_id = excluded.runner_id,
+         doc = excluded.doc
+  RETURNING job_id
+)
+INSERT INTO nw_jobs.status (project_id, job_id, status, created_at)
+SELECT %(project_id)s, job_id, 'pending', to_timestamp(%(created_at)s) FROM jb
+ON CONFLICT (project_id, job_id) DO NOTHING;
+
+-- name: get_status
+-- One au status entry (the status view's __getitem__).
+SELECT status, value, error, terminal_reason, created_at, completed_at, attempt
+  FROM nw_jobs.status
+ WHERE project_id = %(project_id)s AND job_id = %(job_id)s;
+
+-- name: put_status
+-- Upsert an au status entry (the status view's __setitem__); the jobs row is
+-- locked first (lock order) and its au_status mirrors the entry.
+WITH jb AS (
+  UPDATE nw_jobs.jobs SET au_status = %(status)s, queue_at = NULL
+   WHERE project_id = %(project_id)s AND job_id = %(job_id)s
+  RETURNING 1
+)
+INSERT INTO nw_jobs.status (project_id, job_id, status, value, error, terminal_reason,
+                            created_at, completed_at)
+SELECT %(project_id)s, %(job_id)s, %(status)s, %(value)s::jsonb, %(error)s::text,
+       %(terminal_reason)s::text, %(created_at)s::timestamptz, %(completed_at)s::timestamptz
+  FROM (SELECT count(*) FROM jb) locked_first
+ON CONFLICT (project_id, job_id) DO UPDATE
+   SET status = excluded.status, value = excluded.value, error = excluded.error,
+       terminal_reason = excluded.terminal_reason, completed_at = excluded.completed_at;
+
+-- name: delete
+-- Remove one job: record, status entry, progress trail.
+WITH jb AS (
+  DELETE FROM nw_jobs.jobs WHERE project_id = %(project_id)s AND job_id = %(job_id)s
+), pb AS (
+  DELETE FROM nw_jobs.progress WHERE project_id = %(project_id)s AND job_id = %(job_id)s
+)
+DELETE FROM nw_jobs.status WHERE project_id = %(project_id)s AND job_id = %(job_id)s;
+
+-- name: purge
+-- Every row of the project (tests, benchmarks, retiring a project); returns
+-- the number of jobs.
+WITH jb AS (
+  DELETE FROM nw_jobs.jobs WHERE project_id = %(project_id)s RETURNING 1
+), sb AS (
+  DELETE FROM nw_jobs.status WHERE project_id = %(project_id)s
+), pb AS (
+  DELETE FROM nw_jobs.progress WHERE project_id = %(project_id)s
+), db AS (
+  DELETE FROM nw_jobs.durations WHERE project_id = %(project_id)s
+), rb AS (
+  DELETE FROM nw_jobs.runners WHERE project_id = %(project_id)s
+)
+SELECT count(*) AS jobs FROM jb;
+
+-- name: spend
+-- Committed spend in one pass over the project's rows. Mirrors the embedded
+-- store: a missing or non-false lower-bound flag on a finished job that
+-- started makes the total a lower bound ("unreported" is not "exact"); a
+-- figure that is not a JSON number counts as absent.
+SELECT coalesce(sum(
+         coalesce(CASE WHEN jsonb_typeof(doc->'prior_actual_usd') = 'number'
+                       THEN (doc->>'prior_actual_usd')::double precision END, 0)
+       + coalesce(CASE WHEN jsonb_typeof(doc->'earlier_runs_usd') = 'number'
+                       THEN (doc->>'earlier_runs_usd')::double precision END, 0)
+       + CASE WHEN finished_at IS NULL THEN 0
+              ELSE coalesce(CASE WHEN jsonb_typeof(doc->'actual_usd') = 'number'
+                                 THEN (doc->>'actual_usd')::double precision END, 0) END
+       ), 0.0) AS actual_usd,
+       coalesce(bool_or(finished_at IS NOT NULL AND started_at IS NOT NULL
+                        AND coalesce(doc->'actual_is_lower_bound'
+                                     NOT IN ('false'::jsonb, '0'::jsonb), true)),
+                false) AS lower_bound,
+       coalesce(sum(CASE WHEN finished_at IS NULL
+                         THEN CASE WHEN jsonb_typeof(doc->'estimated_usd') = 'number'
+                                   THEN (doc->>'estimated_usd')::double precision END END),
+                0.0) AS live_estimated_usd,
+       count(*) FILTER (WHERE finished_at IS NULL
+                          AND jsonb_typeof(doc->'estimated_usd') IS DISTINCT FROM 'number')
+         AS live_unknown
+  FROM nw_jobs.jobs
+ WHERE project_id = %(project_id)s;
+
+-- name: samples
+-- The newest %(window)s duration samples of each key, newest first.
+SELECT k.key,
+       ARRAY(SELECT d.seconds FROM nw_jobs.durations d
+              WHERE d.project_id = %(project_id)s AND d.key = k.key
+              ORDER BY d.at DESC, d.id DESC
+              LIMIT %(window)s) AS seconds
+  FROM unnest(%(keys)s::text[]) AS k(key);
+
+-- name: add_samples
+-- One sample per key, and each key pruned to its newest %(window)s (the
+-- insert is not visible to the delete: it keeps %(window)s - 1 old ones).
+WITH ins AS (
+  INSERT INTO nw_jobs.durations (project_id, key, at, seconds)
+  SELECT %(project_id)s, k, %(now)s, s
+    FROM unnest(%(keys)s::text[], %(seconds)s::float8[]) AS u(k, s)
+)
+DELETE FROM nw_jobs.durations d USING unnest(%(keys)s::text[]) AS k(key)
+ WHERE d.project_id = %(project_id)s AND d.key = k.key
+   AND d.id NOT IN (SELECT id FROM nw_jobs.durations
+                     WHERE project_id = %(project_id)s AND key = k.key
+                     ORDER BY at DESC, id DESC
+                     LIMIT greatest(%(window)s - 1, 0));
+
+-- name: add_samples_retry
+-- The retried form of `add_samples` (the first try may have committed before
+-- its reply was lost): a sample already there is not written twice. Only a
+-- retry pays for the check; `prune_samples` follows in the same transaction.
+INSERT INTO nw_jobs.durations (project_id, key, at, seconds)
+SELECT %(project_id)s, k, %(now)s, s
+  FROM unnest(%(keys)s::text[], %(seconds)s::float8[]) AS u(k, s)
+ WHERE NOT EXISTS (SELECT 1 FROM nw_jobs.durations d
+                    WHERE d.project_id = %(project_id)s AND d.key = u.k
+                      AND d.at = %(now)s AND d.seconds = u.s);
+
+-- name: prune_samples
+-- Each key down to its newest %(window)s samples.
+DELETE FROM nw_jobs.durations d USING unnest(%(keys)s::text[]) AS k(key)
+ WHERE d.project_id = %(project_id)s AND d.key = k.key
+   AND d.id NOT IN (SELECT id FROM nw_jobs.durations
+                     WHERE project_id = %(project_id)s AND key = k.key
+                     ORDER BY at DESC, id DESC
+                     LIMIT %(window)s);
+
+-- name: append_progress
+-- One progress beat on the job's trail, fenced by the attempt (no row is
+-- written when the attempt is no longer current).
+INSERT INTO nw_jobs.progress (project_id, job_id, attempt, ts, pct, message, stage)
+SELECT %(project_id)s, %(job_id)s, %(attempt)s::integer, %(ts)s::double precision,
+       %(pct)s::double precision, %(message)s::text, %(stage)s::jsonb
+  FROM nw_jobs.jobs j
+ WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
+   AND j.attempt = coalesce(%(attempt)s::integer, j.attempt);
+
+-- name: append_progress_retry
+-- The retried form of `append_progress`: a beat already on the trail is not
+-- appended twice. Returns 1 when the beat is there (found or written).
+WITH dup AS (
+  SELECT 1 FROM nw_jobs.progress
+   WHERE project_id = %(project_id)s AND job_id = %(job_id)s
+     AND attempt IS NOT DISTINCT FROM %(attempt)s::integer AND ts = %(ts)s::double precision
+     AND pct IS NOT DISTINCT FROM %(pct)s::double precision
+     AND message IS NOT DISTINCT FROM %(message)s::text
+   LIMIT 1
+), ins AS (
+  INSERT INTO nw_jobs.progress (project_id, job_id, attempt, ts, pct, message, stage)
+  SELECT %(project_id)s, %(job_id)s, %(attempt)s::integer, %(ts)s::double precision,
+         %(pct)s::double precision, %(message)s::text, %(stage)s::jsonb
+    FROM nw_jobs.jobs j
+   WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
+     AND j.attempt = coalesce(%(attempt)s::integer, j.attempt)
+     AND NOT EXISTS (SELECT 1 FROM dup)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM dup) + (SELECT count(*) FROM ins) AS appended;
+
+-- name: progress
+-- The newest %(limit)s beats of a job's trail, newest first.
+SELECT ts, pct, message, stage, attempt FROM nw_jobs.progress
+ WHERE project_id = %(project_id)s AND job_id = %(job_id)s
+ ORDER BY seq DESC
+ LIMIT %(limit)s;
+
+-- name: register_runner
+-- Announce a process that runs bodies (role, host, pid, wake address).
+INSERT INTO nw_jobs.runners (project_id, runner_id, info, started_at, beat_at)
+VALUES (%(project_id)s, %(runner_id)s, %(info)s, %(now)s, %(now)s)
+ON CONFLICT (project_id, runner_id) DO UPDATE
+   SET info = excluded.info, started_at = excluded.started_at, beat_at = excluded.beat_at;
+
+-- name: unregister_runner
+DELETE FROM nw_jobs.runners WHERE project_id = %(project_id)s AND runner_id = %(runner_id)s;
+
+-- name: runners
+-- Every announced runner of the project with its last beat.
+SELECT runner_id, info, started_at, beat_at FROM nw_jobs.runners
+ WHERE project_id = %(project_id)s
+ ORDER BY started_at, runner_id;
+
+-- name: notify
+-- Wake the project's idle workers (they LISTEN on %(channel)s).
+SELECT pg_notify(%(channel)s, '');

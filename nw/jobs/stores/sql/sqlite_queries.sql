@@ -1,0 +1,272 @@
+-- The embedded store's statements (one SQLite file per project, see
+-- sqlite_schema.sql). Loaded by nw.jobs.stores.sql.load_queries; parameters
+-- are sqlite3's :name. A list parameter (kinds, job ids, keys) is bound as a
+-- JSON array and read with json_each, so each statement has one text.
+--
+-- A job is read as one row: the columns of its record in `jobs`, the rest of
+-- the record in `doc` (JSON text), and its status entry (status, value, error).
+
+-- name: get
+-- One job with its status entry.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE j.job_id = :job_id;
+
+-- name: page
+-- Newest first.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT :limit;
+
+-- name: page_by_state
+-- Newest first with one job status. The CASE mirrors
+-- nw.jobs.status.job_status (the contract suite checks they agree); a job
+-- without a status entry or with an unreadable doc reads as failed.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
+             WHEN j.cancel_requested THEN
+               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
+             WHEN s.status = 'pending' THEN 'queued'
+             WHEN s.status = 'running' THEN 'running'
+             WHEN s.status = 'completed' THEN 'succeeded'
+             ELSE s.status END) = :state
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT :limit;
+
+-- name: page_by_actor
+-- Newest first of one actor (index jobs_by_actor).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE j.actor_id = :actor_id
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT :limit;
+
+-- name: page_by_state_and_actor
+-- Newest first of one actor with one job status (the CASE of page_by_state).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
+             WHEN j.cancel_requested THEN
+               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
+             WHEN s.status = 'pending' THEN 'queued'
+             WHEN s.status = 'running' THEN 'running'
+             WHEN s.status = 'completed' THEN 'succeeded'
+             ELSE s.status END) = :state
+   AND j.actor_id = :actor_id
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT :limit;
+
+-- name: live
+-- Every unfinished job, oldest first (index jobs_unfinished).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE j.finished_at IS NULL
+ ORDER BY j.created_at;
+
+-- name: iter_ids
+-- Job ids, newest first.
+SELECT job_id FROM jobs ORDER BY created_at DESC;
+
+-- name: put_job
+-- Write a whole record (insert, or replace the row of the same id).
+INSERT OR REPLACE INTO jobs (job_id, created_at, kind, actor_id, attempt, cancel_requested,
+                             started_at, finished_at, heartbeat_at, runner_id, doc)
+VALUES (:job_id, :created_at, :kind, :actor_id, :attempt, :cancel_requested,
+        :started_at, :finished_at, :heartbeat_at, :runner_id, :doc);
+
+-- name: put_queued_status
+-- A new run's status entry: pending, claimable by workers when :queue_at is set.
+INSERT OR REPLACE INTO status (job_id, status, created_at, attempt, queue_at)
+VALUES (:job_id, 'pending', :created_at, :attempt, :queue_at);
+
+-- name: add_pending_status
+-- A pending status entry for a record written whole (put_record) that has none.
+INSERT INTO status (job_id, status, created_at)
+SELECT :job_id, 'pending', :created_at
+ WHERE NOT EXISTS (SELECT 1 FROM status WHERE job_id = :job_id);
+
+-- name: can_start
+-- Is the job queued and not cancelled (start's precondition)?
+SELECT 1 AS ok FROM status s JOIN jobs j ON j.job_id = s.job_id
+ WHERE s.job_id = :job_id AND s.status = 'pending' AND NOT j.cancel_requested;
+
+-- name: claimable
+-- The oldest due claimable jobs of these kinds (index status_queue); the
+-- caller holds the write lock (BEGIN IMMEDIATE), so no one else claims them.
+SELECT s.job_id FROM status s JOIN jobs j ON j.job_id = s.job_id
+ WHERE s.queue_at IS NOT NULL AND s.queue_at <= :now AND s.status = 'pending'
+   AND NOT j.cancel_requested AND j.kind IN (SELECT value FROM json_each(:kinds))
+ ORDER BY s.queue_at, s.job_id
+ LIMIT :limit;
+
+-- name: start_status
+-- queued -> running in the status entry (the attempt counts along).
+UPDATE status SET status = 'running', attempt = attempt + 1, queue_at = NULL
+ WHERE job_id = :job_id;
+
+-- name: start_job
+-- queued -> running in the record: bumps the attempt (the lease counter),
+-- stamps started_at and a first beat, names the runner.
+UPDATE jobs SET attempt = attempt + 1, started_at = :now, heartbeat_at = :now,
+                runner_id = :runner_id
+ WHERE job_id = :job_id;
+
+-- name: fence
+-- The job's current attempt (a fenced write goes ahead only when it is the
+-- caller's) and its doc (what a patch of doc fields merges into).
+SELECT attempt, doc FROM jobs WHERE job_id = :job_id;
+
+-- name: patch
+-- Record fields: a column is set when its :set_<column> flag is true (so a
+-- null value clears it), else left as it is. Doc fields: :doc_patch (a JSON
+-- object of scalars and arrays) is merged at the top level with json_patch;
+-- a patch holding a null or an object (which json_patch would delete or
+-- merge into) comes as :doc, the whole merged doc. One statement text
+-- whatever the fields. The indexed
+-- columns (created_at, actor_id, finished_at) are not here: SQLite rewrites
+-- the index entries of every column a SET names, changed or not, so each has
+-- its own statement, run only when a patch carries it.
+UPDATE jobs
+   SET kind = CASE WHEN :set_kind THEN :kind ELSE kind END,
+       attempt = CASE WHEN :set_attempt THEN :attempt ELSE attempt END,
+       cancel_requested = CASE WHEN :set_cancel_requested THEN :cancel_requested
+                               ELSE cancel_requested END,
+       started_at = CASE WHEN :set_started_at THEN :started_at ELSE started_at END,
+       heartbeat_at = CASE WHEN :set_heartbeat_at THEN :heartbeat_at ELSE heartbeat_at END,
+       runner_id = CASE WHEN :set_runner_id THEN :runner_id ELSE runner_id END,
+       doc = CASE WHEN :doc IS NOT NULL THEN :doc
+                  WHEN :doc_patch IS NOT NULL THEN json_patch(doc, :doc_patch)
+                  ELSE doc END
+ WHERE job_id = :job_id;
+
+-- name: patch_created_at
+UPDATE jobs SET created_at = :created_at WHERE job_id = :job_id;
+
+-- name: patch_actor_id
+UPDATE jobs SET actor_id = :actor_id WHERE job_id = :job_id;
+
+-- name: patch_finished_at
+UPDATE jobs SET finished_at = :finished_at WHERE job_id = :job_id;
+
+-- name: finish_status
+-- The terminal status entry (no longer claimable).
+UPDATE status SET status = :au_status, value = :value, error = :error,
+                  completed_at = :completed_at, queue_at = NULL
+ WHERE job_id = :job_id;
+
+-- name: requeue_status
+-- Back to pending, due at :not_before.
+UPDATE status SET status = 'pending', value = NULL, error = NULL, completed_at = NULL,
+                  queue_at = :not_before
+ WHERE job_id = :job_id;
+
+-- name: cancel_status
+-- The au entry flipped to cancelled (the record's flag is the intent).
+UPDATE status SET status = 'cancelled', terminal_reason = 'cancel requested', queue_at = NULL
+ WHERE job_id = :job_id;
+
+-- name: beat_runner
+UPDATE runners SET beat_at = :now WHERE runner_id = :runner_id;
+
+-- name: beat_jobs
+-- Stamp the running jobs the runner still holds.
+UPDATE jobs SET heartbeat_at = :now
+ WHERE job_id IN (SELECT value FROM json_each(:job_ids))
+   AND finished_at IS NULL AND runner_id = :runner_id;
+
+-- name: jobs_to_stop
+-- Among the runner's jobs, those it should stop: cancel requested, finished,
+-- or taken over by another runner.
+SELECT job_id FROM jobs
+ WHERE job_id IN (SELECT value FROM json_each(:job_ids))
+   AND (cancel_requested OR finished_at IS NOT NULL OR runner_id IS NOT :runner_id);
+
+-- name: samples
+-- The newest :window samples of each key, oldest first (ties in insertion order).
+SELECT key, seconds
+  FROM (SELECT key, seconds, at, rowid AS r,
+               row_number() OVER (PARTITION BY key ORDER BY at DESC, rowid DESC) AS n
+          FROM durations WHERE key IN (SELECT value FROM json_each(:keys)))
+ WHERE n <= :window
+ ORDER BY key, at, r;
+
+-- name: add_sample
+INSERT INTO durations (key, at, seconds) VALUES (:key, :now, :seconds);
+
+-- name: prune_samples
+-- One key down to its newest :window samples.
+DELETE FROM durations
+ WHERE key = :key
+   AND rowid NOT IN (SELECT rowid FROM durations WHERE key = :key
+                      ORDER BY at DESC, rowid DESC LIMIT :window);
+
+-- name: append_progress
+INSERT INTO progress (job_id, attempt, ts, pct, message, stage)
+VALUES (:job_id, :attempt, :ts, :pct, :message, :stage);
+
+-- name: progress
+-- The newest :limit beats of a job's trail, newest first.
+SELECT ts, pct, message, stage, attempt FROM progress
+ WHERE job_id = :job_id
+ ORDER BY seq DESC
+ LIMIT :limit;
+
+-- name: delete_progress
+DELETE FROM progress WHERE job_id = :job_id;
+
+-- name: register_runner
+INSERT OR REPLACE INTO runners (runner_id, info, started_at, beat_at)
+VALUES (:runner_id, :info, :now, :now);
+
+-- name: unregister_runner
+DELETE FROM runners WHERE runner_id = :runner_id;
+
+-- name: runners
+SELECT runner_id, info, started_at, beat_at FROM runners;
+
+-- name: spend
+-- Committed spend in one pass. A missing or non-false lower-bound flag on a
+-- finished job that started makes the total a lower bound.
+SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
+                    + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)
+                    + CASE WHEN finished_at IS NULL THEN 0
+                           ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0)
+         AS actual_usd,
+       coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
+                    AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
+         AS lower_bound,
+       coalesce(sum(CASE WHEN finished_at IS NULL
+                         THEN json_extract(doc, '$.estimated_usd') END), 0.0)
+         AS live_estimated_usd,
+       count(CASE WHEN finished_at IS NULL
+                   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)
+         AS live_unknown
+  FROM jobs;
+
+-- name: delete_job
+DELETE FROM jobs WHERE job_id = :job_id;
+
+-- name: delete_status
+DELETE FROM status WHERE job_id = :job_id;
+
+-- name: get_status
+-- One au status entry (the status view's __getitem__).
+SELECT status, value, error, terminal_reason, created_at, completed_at, attempt
+  FROM status WHERE job_id = :job_id;
+
+-- name: put_status
+-- Upsert an au status entry (the status view's __setitem__); not claimable.
+INSERT INTO status (job_id, status, value, error, terminal_reason, created_at, completed_at)
+VALUES (:job_id, :status, :value, :error, :terminal_reason, :created_at, :completed_at)
+ON CONFLICT (job_id) DO UPDATE
+   SET status = excluded.status, value = excluded.value, error = excluded.error,
+       terminal_reason = excluded.terminal_reason, completed_at = excluded.completed_at,
+       queue_at = NULL;

@@ -1,0 +1,51 @@
+"""Each store's SQL file: parsed by name, and every statement valid as written."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nw.jobs.stores.sql import load_queries, parse_queries
+
+_PSYCOPG_PARAM = re.compile(r"%\((\w+)\)s")
+QUERIES_OF = {"SqliteJobStore": "sqlite_queries.sql", "PostgresJobStore": "postgres_queries.sql"}
+
+
+def test_a_queries_file_is_read_by_name_without_its_comments():
+    text = (
+        "-- a file comment\n"
+        "-- name: one\n-- what it is for (100% of the time)\nSELECT 1;\n\n"
+        "-- name: two\nSELECT :x\n  -- an inner note\n  FROM t;\n"
+    )
+    assert parse_queries(text) == {"one": "SELECT 1", "two": "SELECT :x\n  FROM t"}
+    with pytest.raises(ValueError, match="defined twice"):
+        parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
+    with pytest.raises(ValueError, match="has no statement"):
+        parse_queries("-- name: a\n-- only a comment\n")
+
+
+def test_every_statement_of_the_store_compiles_against_its_schema(store):
+    # Given the store's own queries file, as the store loads it
+    queries = load_queries(QUERIES_OF[type(store).__name__])
+    assert queries
+    if type(store).__name__ == "SqliteJobStore":
+        # Then sqlite3 compiles each one as written (:name parameters unbound)
+        for sql in queries.values():
+            store._conn.execute(f"EXPLAIN {sql}", dict.fromkeys(re.findall(r":(\w+)", sql)))
+        return
+    # Then PostgreSQL prepares each one as written (%(name)s as $n), types inferred
+    import psycopg
+
+    with psycopg.connect(store.db.url, autocommit=True) as conn:
+        for name, sql in queries.items():
+            order: list[str] = []
+
+            def number(match: re.Match, order: list[str] = order) -> str:
+                if match[1] not in order:
+                    order.append(match[1])
+                return f"${order.index(match[1]) + 1}"
+
+            positional = _PSYCOPG_PARAM.sub(number, sql)
+            conn.execute(f"PREPARE nw_check_{name} AS {positional}")
+            conn.execute(f"DEALLOCATE nw_check_{name}")
