@@ -91,8 +91,9 @@ class NonCanonicalPlan(PlanError, InvalidType):
 
 # ----- the spend cap -----------------------------------------------------------------------
 class BudgetExceeded(NwJobsError):
-    """``enqueue`` refused a job the project's spend cap does not allow; nothing
-    was written. The message names the cap, the committed spend and the quote."""
+    """``enqueue`` refused a job the project's spend cap (or its actor's,
+    ``actor`` then names it) does not allow; nothing was written. The message
+    names the cap, the committed spend and the quote."""
 
     def __init__(
         self,
@@ -102,8 +103,10 @@ class BudgetExceeded(NwJobsError):
         quote_usd: float | None,
         committed_is_lower_bound: bool = False,
         needs_approval: bool = False,
+        actor: str | None = None,
     ):
         self.cap_usd = cap_usd
+        self.actor = actor
         self.committed_usd = committed_usd
         self.quote_usd = quote_usd
         self.committed_is_lower_bound = committed_is_lower_bound
@@ -116,7 +119,8 @@ class BudgetExceeded(NwJobsError):
             why = "this job's cost is unknown, so it needs explicit approval (approved=True)"
         else:
             why = "nothing is left under the cap for a job whose cost is unknown"
-        super().__init__(f"spend cap {_money(cap_usd)}: {committed}; {why}")
+        whose = f"{actor}'s spend cap" if actor else "spend cap"
+        super().__init__(f"{whose} {_money(cap_usd)}: {committed}; {why}")
 
 
 def _money(usd: float) -> str:

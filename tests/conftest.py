@@ -61,6 +61,16 @@ def purge_postgres_project(project) -> None:
     PostgresJobStore(POSTGRES_URL, project_id).purge()
 
 
+def clear_postgres_limits(config) -> None:
+    """Drop every limit of the test database (limits are database-wide, not a project's)."""
+    if not config.database_url:
+        return
+    import psycopg
+
+    with psycopg.connect(config.database_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM nw_jobs.limits")
+
+
 def postgres_rows(project) -> str:
     """Every stored row of a project in the test database, as text (to compare
     before/after, or to search for what must never be stored)."""

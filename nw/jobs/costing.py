@@ -84,6 +84,35 @@ class Quote:
             if row is not None and row.status in ACTIVE_STATUSES:
                 return
         totals = store.spend() if store is not None else NO_SPEND
+        self._refuse_over(cap, totals, approved)
+
+    def gate_actor(
+        self,
+        store: Any,
+        actor: Mapping[str, str] | None,
+        *,
+        approved: bool,
+        config: JobsConfig,
+        now: float,
+        job_id: str | None = None,
+    ) -> None:
+        """The same refusal against one actor's cap (``config.actor_budget_usd``)
+        over the spend of the actor's jobs created in the last
+        ``actor_budget_window_s``; nothing to check without an actor or a cap."""
+        cap = config.actor_budget_usd
+        if cap is None or not actor:
+            return
+        if store is not None and job_id is not None:
+            row = store.get(job_id)
+            if row is not None and row.status in ACTIVE_STATUSES:
+                return
+        since = now - config.actor_budget_window_s
+        totals = store.spend(actor_id=actor["id"], since=since) if store is not None else NO_SPEND
+        self._refuse_over(cap, totals, approved, who=f"actor {actor['id']!r}")
+
+    def _refuse_over(
+        self, cap: float, totals: Mapping[str, Any], approved: bool, who: str | None = None
+    ) -> None:
         committed = float(totals["actual_usd"]) + float(totals["live_estimated_usd"])
         lower = bool(totals["lower_bound"]) or int(totals["live_unknown"]) > 0
         quote = self.estimated_usd
@@ -98,6 +127,7 @@ class Quote:
             quote_usd=quote,
             committed_is_lower_bound=lower,
             needs_approval=quote is None and not approved,
+            actor=who,
         )
 
 
@@ -168,13 +198,17 @@ def quote_for(
     )
 
 
-def spend_view(totals: Mapping[str, Any], config: JobsConfig) -> dict[str, Any]:
-    """A project's committed spend from the store's totals (see ``facade.spend``)."""
+def spend_view(
+    totals: Mapping[str, Any], config: JobsConfig, *, cap: float | str | None = "project"
+) -> dict[str, Any]:
+    """Committed spend from the store's totals (see ``facade.spend``), against
+    the project's cap or the one given (an actor's)."""
     actual = float(totals["actual_usd"])
     live = float(totals["live_estimated_usd"])
     unknown = int(totals["live_unknown"])
     total = actual + live
-    cap = config.budget_usd
+    if cap == "project":
+        cap = config.budget_usd
     return {
         "actual_usd": actual,
         "live_estimated_usd": live,

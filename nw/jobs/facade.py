@@ -9,16 +9,18 @@ and write nothing at all (no reap, no progress floor).
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
 from au import ComputationStatus
 from au.base import ComputationBackend
 
 from nw.errors import InvalidType, InvalidValue, UnknownKind
-from nw.jobs import costing, credentials, eta, ids, kinds, recovery
+from nw.jobs import costing, credentials, eta, ids, kinds, limits, liveness, recovery, waits
 from nw.jobs.body import Launch
 from nw.jobs.costing import quote_for
 from nw.jobs.model import (
@@ -86,9 +88,19 @@ def enqueue(
     secrets: Mapping[str, str] | None = None,
     actor: str | Mapping[str, str] | None = None,
     approved: bool = False,
+    priority: int = 0,
+    not_before: float | datetime | None = None,
+    limit_key: str | None = None,
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> Job:
     """Enqueue a render as a background job; returns at once with the job.
+
+    ``priority``: higher is started first (FIFO within a priority, turns
+    rotating across actors). ``not_before`` (epoch seconds or an aware
+    datetime): queued, but not started before then. ``limit_key``: the key this
+    job counts against (default: its kind's ``limit_key``); a limit set on it
+    (``set_limit``) holds the job queued while the key is full. All three hold
+    for in-process bodies too.
 
     The body runs on this process's bounded pool when ``dispatch`` has the
     kind, else in a worker process when the kind is registered. It reports
@@ -117,6 +129,8 @@ def enqueue(
     if not isinstance(kind, str) or not kind:
         raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
     who = _actor(actor)  # checked before the runtime or the store is started
+    priority = _check_priority(priority)
+    due = _check_not_before(not_before)
     params = ids.check_json_params(costing.with_plan_dict(params))
     units = ids.check_units(params)
     fn = dispatch.get(kind) if dispatch else None
@@ -126,6 +140,11 @@ def enqueue(
         raise UnknownKind(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
     if backend is not None:
         raise NotImplementedError("a custom backend is not supported; use JobsConfig")
+    key = (
+        limits.check_key(limit_key)
+        if limit_key is not None
+        else limits.key_for(spec.limit_key if spec else None, kind, params)
+    )
     quote = quote_for(proj, kind, params, config)
     basis = idempotency_key if idempotency_key is not None else quote.identity
     if not isinstance(basis, str) or not basis:
@@ -133,9 +152,10 @@ def enqueue(
     job_id = ids.job_id_for(proj.project_id, kind, basis)
     # Refused before any store is created or opened for writing; checked again
     # inside the create transaction (``admit``), where concurrent enqueues serialise.
-    quote.gate(
-        shared_store(proj, config, create=False), approved=approved, config=config, job_id=job_id
-    )
+    now = config.clock()
+    existing = shared_store(proj, config, create=False)
+    quote.gate(existing, approved=approved, config=config, job_id=job_id)
+    quote.gate_actor(existing, who, approved=approved, config=config, job_id=job_id, now=now)
     rt = _runtime(proj, config) if fn is not None else None
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
     plan = eta.eta_plan(params, units, config)
@@ -161,11 +181,13 @@ def enqueue(
         retryable=retryable,
         runner_id=rt.runner_id if rt is not None else None,  # who owns an in-process job
     )
+    record.update(limit_key=key, priority=priority, not_before=due)
     admit = None
-    if config.budget_usd is not None:
+    if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
         def admit() -> None:
             quote.gate(store, approved=approved, config=config, job_id=job_id)
+            quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
 
     # Called before anything is written: a hook that fails leaves no job behind.
     capture = capture_context() if (capture_context is not None and fn is not None) else None
@@ -213,19 +235,63 @@ def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: J
     )
 
 
+def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str, waits.Wait]:
+    """The predicted start and what holds each queued job of ``rows`` (see
+    ``nw.jobs.waits``); reads the queue ahead, the running jobs, the workers
+    and the limits once for the whole page, and only when a job is queued."""
+    queued = [r for r in rows if r.status.value == "queued"]
+    if not queued:
+        return {}
+    now = config.clock()
+    lims = {lim.key: lim for lim in store.limits(now=now)}
+    running = [
+        waits.Running(r.record.get("limit_key"), _remaining(r, now, config))
+        for r in store.page(status="running", limit=waits.QUEUE_HORIZON)
+    ]
+    slots = waits.worker_slots(store.runners(), now=now, stale_s=config.heartbeat_stale_s)
+    ahead = store.queue_ahead(limit=waits.QUEUE_HORIZON)
+    planned = waits.plan_starts(ahead, running, slots=slots, limits=lims, now=now)
+    out = {}
+    for row in queued:
+        job_id, rec = row.record["job_id"], row.record
+        if job_id in planned:
+            out[job_id] = planned[job_id]
+            continue
+        # in-process (its owner starts it), or beyond the replayed horizon
+        due = rec.get("not_before")
+        delayed = isinstance(due, (int, float)) and due > now + 0.5
+        lim = lims.get(rec.get("limit_key"))
+        if delayed:
+            out[job_id] = waits.Wait(None, limits.delay_text(due - now))
+        elif lim is not None and limits.is_full(lim):
+            out[job_id] = waits.Wait(None, limits.waiting_text(lim))
+        elif not liveness.runs_inproc(rec):
+            out[job_id] = waits.Wait(None, None)
+    return out
+
+
+def _remaining(row: JobRow, now: float, config: JobsConfig) -> float | None:
+    """A running job's expected remaining seconds (None: only a prior says)."""
+    started = row.record.get("started_at")
+    elapsed = None if started is None else now - float(started)
+    view = eta.project_eta(row.record, "running", elapsed_s=elapsed, config=config)
+    return None if view.confidence == "prior" else view.remaining_s
+
+
 def _read(
     store: JobStore,
     row: JobRow,
     rt: LocalRuntimes | None,
     config: JobsConfig,
     beats: dict[str, float] | None = None,
+    wait: waits.Wait | None = None,
 ) -> Job:
     """Project one row for a per-project view: reap a dead worker's job, keep pct monotonic."""
     now = config.clock()
     holds = rt.holds if rt is not None else (lambda _id: False)
     if not store.read_only:
         row = recovery.maybe_reap(store, row, now, config, holds, beats)
-    job = to_job(row, now, config)
+    job = to_job(row, now, config, wait)
     floor = row.record.get("pct_floor")
     if (
         not store.read_only
@@ -248,7 +314,9 @@ def get_job(
     if store is None:
         return None
     row = store.get(job_id)
-    return None if row is None else _read(store, row, rt, config)
+    if row is None:
+        return None
+    return _read(store, row, rt, config, wait=_waits(store, [row], config).get(job_id))
 
 
 def list_jobs(
@@ -268,7 +336,8 @@ def list_jobs(
     rows = store.page(status=status, actor_id=actor, limit=limit)
     # Queued in-process jobs are alive while their owner beats: read the beats once.
     beats = recovery.runner_beats(store) if any(map(recovery.owned_queued, rows)) else None
-    return [_read(store, row, rt, config, beats) for row in rows]
+    held = _waits(store, rows, config)
+    return [_read(store, row, rt, config, beats, held.get(row.record["job_id"])) for row in rows]
 
 
 def cancel_job(
@@ -334,13 +403,14 @@ def snapshot(
             continue
         try:
             rows = [r for r in store.live() if _actor_matches(r, actor)]
+            held = _waits(store, rows, config)
             for status in ("succeeded", "failed", "cancelled"):
                 rows += store.page(status=status, actor_id=actor, limit=recent_limit)
         finally:
             store.close()
         latest = {row.record["job_id"]: row for row in rows}  # a job that finished between
         for row in latest.values():  # the two reads appears once, as finished
-            job = to_job(row, now, config)
+            job = to_job(row, now, config, held.get(row.record["job_id"]))
             (recent if job.is_terminal else active).append((str(project.root), job))
     active.sort(key=lambda pj: pj[1].created_at, reverse=True)
     recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)
@@ -398,8 +468,15 @@ def estimate(
     return quote.as_estimate(config)
 
 
-def spend(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dict[str, Any]:
-    """The project's committed spend; writes nothing.
+def spend(
+    project: ProjectLike, *, actor: str | None = None, config: JobsConfig = DEFAULT_CONFIG
+) -> dict[str, Any]:
+    """The project's committed spend (or one actor's); writes nothing.
+
+    With ``actor`` (an id): that actor's jobs created in the last
+    ``config.actor_budget_window_s``, against ``config.actor_budget_usd``
+    (``budget_usd`` and ``remaining_usd`` are the actor's; ``window_s`` says
+    the window).
 
     ``{actual_usd, live_estimated_usd, total_usd, live_unknown_count,
     is_lower_bound, budget_usd, remaining_usd}``: the actual spend of finished
@@ -408,8 +485,60 @@ def spend(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dict[
     job's estimate is unknown: the real total may be higher (and
     ``remaining_usd`` lower)."""
     store, _ = _reader(as_project(project), config)
-    totals = store.spend() if store is not None else costing.NO_SPEND
-    return costing.spend_view(totals, config)
+    if actor is None:
+        totals = store.spend() if store is not None else costing.NO_SPEND
+        return costing.spend_view(totals, config)
+    if not isinstance(actor, str) or not actor:
+        raise InvalidType("actor must be a non-empty id string")
+    since = config.clock() - config.actor_budget_window_s
+    totals = store.spend(actor_id=actor, since=since) if store is not None else costing.NO_SPEND
+    view = costing.spend_view(totals, config, cap=config.actor_budget_usd)
+    return {**view, "actor": actor, "window_s": config.actor_budget_window_s}
+
+
+def set_limit(
+    project: ProjectLike,
+    key: str,
+    *,
+    max_running: int | None = None,
+    per_second: int | None = None,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> dict[str, Any] | None:
+    """Set the limit of a key where every worker sees it, or remove it (both None).
+
+    ``max_running``: at most that many jobs of the key run at once (0 pauses
+    the key); ``per_second``: at most that many start in any one-second window.
+    On PostgreSQL the limit is database-wide (every project and host sharing
+    the database shares the provider account); on the embedded store it is the
+    project's (every worker of the project). Returns the limit as
+    ``list_limits`` shows it, or None once removed."""
+    key = limits.check_key(key)
+    max_running, per_second = limits.check_limit(max_running, per_second)
+    store = shared_store(as_project(project), config, create=True)
+    store.set_limit(key, max_running=max_running, per_second=per_second, now=config.clock())
+    store.wake_workers()  # a raised limit may let queued jobs start now
+    return next((lim for lim in list_limits(project, config=config) if lim["key"] == key), None)
+
+
+def list_limits(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> list[dict]:
+    """Every limit the project's workers honour: ``key``, ``max_running``,
+    ``per_second``, ``running`` (jobs of the key running now, database-wide on
+    PostgreSQL), ``started_last_s``, ``scope`` (``"database"`` or ``"project"``)."""
+    store, _ = _reader(as_project(project), config)
+    if store is None:
+        return []
+    scope = "project" if type(store).__name__.startswith("Sqlite") else "database"
+    return [
+        {
+            "key": lim.key,
+            "max_running": lim.max_running,
+            "per_second": lim.per_second,
+            "running": lim.running,
+            "started_last_s": lim.started_last_s,
+            "scope": scope,
+        }
+        for lim in store.limits(now=config.clock())
+    ]
 
 
 def _could_name_a_job(job_id: object) -> bool:
@@ -428,6 +557,27 @@ def _check_status(status: str | Status | None) -> str | None:
     except ValueError:
         valid = ", ".join(s.value for s in Status)
         raise InvalidValue(f"unknown status {status!r}; one of: {valid}") from None
+
+
+def _check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidType(f"priority must be an int, not {type(priority).__name__}")
+    if not -1_000_000 <= priority <= 1_000_000:
+        raise InvalidValue(f"priority must be from -1000000 to 1000000, got {priority}")
+    return priority
+
+
+def _check_not_before(when: Any) -> float | None:
+    """Epoch seconds of a delay (an aware datetime or a number), or None."""
+    if when is None:
+        return None
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise InvalidValue("not_before must be an aware datetime (a naive one has no zone)")
+        return when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
+        raise InvalidType(f"not_before must be epoch seconds or a datetime, not {when!r}")
+    return float(when)
 
 
 def _check_limit(limit: int) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from nw.errors import InvalidType, InvalidValue, KindImportError
+from nw.jobs.limits import LimitKeySpec, check_spec
 
 ENTRY_POINT_GROUP = "nw.jobs.kinds"
 
@@ -27,6 +28,8 @@ class KindSpec:
     max_attempts: int | None = None
     timeout_s: float | None = None
     cancel_on_timeout: bool = False
+    limit_key: LimitKeySpec = None
+    """The key a job of this kind counts against (see ``nw.jobs.limits``)."""
 
     @property
     def path(self) -> str:
@@ -65,8 +68,14 @@ def register_kind(
     max_attempts: int | None = None,
     timeout_s: float | None = None,
     cancel_on_timeout: bool = False,
+    limit_key: LimitKeySpec = None,
 ) -> KindSpec:
-    """Bind ``name`` to ``"module:attr"`` (or a callable). Re-registering replaces."""
+    """Bind ``name`` to ``"module:attr"`` (or a callable). Re-registering replaces.
+
+    ``limit_key``: the key each job of the kind counts against when a limit is
+    set on it (``set_limit``): a string (``"fal:kling"``), a ``str.format``
+    template over the params (``"fal:{model}"``) or a callable of the params
+    returning the key (or None: no key). Computed once, at enqueue."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidValue("a kind needs a non-empty name")
     if isinstance(target, str) and ":" not in target:
@@ -77,7 +86,15 @@ def register_kind(
         raise InvalidValue("max_attempts must be >= 1")
     if timeout_s is not None and timeout_s <= 0:
         raise InvalidValue("timeout_s must be > 0")
-    spec = KindSpec(name, target, retryable, max_attempts, timeout_s, cancel_on_timeout)
+    spec = KindSpec(
+        name,
+        target,
+        retryable,
+        max_attempts,
+        timeout_s,
+        cancel_on_timeout,
+        check_spec(limit_key),
+    )
     with _LOCK:
         _KINDS[name] = spec
     return spec

@@ -125,6 +125,12 @@ class DurationLearningMiddleware(Middleware):
         with self._lock:
             self.started[key] = self._clock()
 
+    def restart(self, key: str) -> None:
+        """The body starts only now (it waited for a delay or a limit on its thread)."""
+        with self._lock:
+            if key in self.started:
+                self.started[key] = self._clock()
+
     def is_running(self, key: str) -> bool:
         with self._lock:
             return key in self.started

@@ -108,6 +108,12 @@ class JobsConfig:
     """Estimated cost at/above which a render requires explicit approval."""
     budget_usd: float | None = None
     """Per-project spend cap (None: no cap)."""
+    actor_budget_usd: float | None = None
+    """Per-actor spend cap over ``actor_budget_window_s`` (None: no cap); an
+    enqueue with an ``actor`` is refused past it as past the project budget."""
+    actor_budget_window_s: float = 86400.0
+    """The rolling window of ``actor_budget_usd``: the spend of the actor's jobs
+    created within it."""
     rates_path: str | None = None
     """A folder or file of rate tables that replaces the shipped ones."""
     pricers: Mapping[str, Any] | None = field(default=None, compare=False)
@@ -153,6 +159,8 @@ class JobsConfig:
             "max_concurrent": self.max_concurrent >= 1,
             "max_attempts": self.max_attempts >= 1,
             "dur_buckets_s": list(self.dur_buckets_s) == sorted(self.dur_buckets_s),
+            "actor_budget_usd": self.actor_budget_usd is None or self.actor_budget_usd >= 0,
+            "actor_budget_window_s": self.actor_budget_window_s > 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -230,6 +238,18 @@ class Job:
     grade: str | None = None
     """``ok`` | ``notice`` | ``warning`` | ``error`` once finished; None while live."""
     actor: dict[str, str] | None = None
+    priority: int = 0
+    limit_key: str | None = None
+    """The key the job counts against (its kind's ``limit_key``); None: no key."""
+    not_before: datetime | None = None
+    """Not started before then (``enqueue(not_before=...)``)."""
+    starts_at: datetime | None = None
+    """A queued job's predicted start (what is ahead of it, its key's limit, the
+    live workers' slots); None when that cannot be said. ``eta_s`` of a queued
+    job then counts its wait."""
+    waiting: str | None = None
+    """What holds a queued job now: ``"waiting: fal:kling at 2 of 2"``,
+    ``"starts in 40s"``; None when nothing but the queue itself."""
 
     @property
     def is_terminal(self) -> bool:

@@ -25,6 +25,7 @@ from nw.jobs.model import (
     Status,
 )
 from nw.jobs.status import cancelled_error, grade, job_status
+from nw.jobs.waits import Wait
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,12 @@ def _dt(ts: Any) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
 
 
-def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
-    """The ``Job`` a stored row reads as at ``now`` (status, ETA, cost, liveness)."""
+def to_job(row: JobRow, now: float, config: JobsConfig, wait: Wait | None = None) -> Job:
+    """The ``Job`` a stored row reads as at ``now`` (status, ETA, cost, liveness).
+
+    ``wait`` (``nw.jobs.waits``): a queued job's predicted start and what holds
+    it; with it, the job's ``eta_s`` counts the wait, and is unknown
+    ("estimating…") when the start is."""
     rec = row.record
     status = row.status
     created, started, finished = (
@@ -148,7 +153,17 @@ def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
     label_hint = view.label_hint
     if live and rec.get("overdue_at") is not None:
         label_hint = OVERDUE_HINT
-    eta_ts = _dt(now + view.eta_s) if (view.eta_s is not None and live) else None
+    eta_s = view.eta_s
+    starts_at = None
+    if status.value == "queued" and wait is not None:
+        if wait.start_in_s is None or view.eta_s is None:
+            eta_s, label_hint = None, eta.ESTIMATING
+        else:
+            starts_at = _dt(now + wait.start_in_s)
+            eta_s = wait.start_in_s + view.eta_s
+        if wait.reason:
+            label_hint = wait.reason
+    eta_ts = _dt(now + eta_s) if (eta_s is not None and live) else None
     result = row.result
     error = rec.get("error") or row.error
     error_kind = rec.get("error_kind")
@@ -176,7 +191,7 @@ def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
         predicted_total_s=_round(view.predicted_total_s),
         remaining_s=_round(view.remaining_s),
         eta_ts=eta_ts,
-        eta_s=_round(view.eta_s) if live else None,
+        eta_s=_round(eta_s) if live else None,
         pct=view.pct,
         confidence=view.confidence,
         label_hint=label_hint,
@@ -201,6 +216,11 @@ def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
         max_attempts=int(rec.get("max_attempts") or 1),
         grade=grade(status, error=error, error_kind=error_kind, result=result),
         actor=rec.get("actor"),
+        priority=int(rec.get("priority") or 0),
+        limit_key=rec.get("limit_key"),
+        not_before=_dt(rec.get("not_before")),
+        starts_at=starts_at,
+        waiting=(wait.reason if wait is not None and status.value == "queued" else None),
     )
 
 

@@ -30,11 +30,14 @@ from au import (
 
 from nw.jobs.body import Launch, run_attempt
 from nw.jobs.learning import DurationLearningMiddleware
+from nw.jobs.limits import NotYet
 from nw.jobs.model import RUNNER_INPROC, JobsConfig
 from nw.jobs.records import JobRow
 from nw.jobs.stores.base import JobStore
 
 log = logging.getLogger("nw.jobs")
+#: How often an in-process job held by a delay or a full limit asks again.
+NOT_YET_POLL_S = 0.2
 
 
 class PooledThreadBackend(ThreadBackend):
@@ -161,13 +164,25 @@ class Runtime:
         self.backend.launch(self._run, (row, launch), {}, job_id)
 
     def _start_and_run(self, job_id: str, launch: Launch) -> ComputationResult:
-        try:
-            row = self.store.start(job_id, now=self.config.clock(), runner_id=self.runner_id)
-        except Exception as exc:
-            log.exception("job %s: could not be started", job_id)
-            row, error = None, exc
-        else:
-            error = None
+        error = None
+        waited = False
+        while True:
+            try:
+                row = self.store.start(job_id, now=self.config.clock(), runner_id=self.runner_id)
+            except Exception as exc:
+                log.exception("job %s: could not be started", job_id)
+                row, error = None, exc
+            if not isinstance(row, NotYet):
+                break
+            # Delayed, or its key's limit is full: wait on this pool thread (the
+            # limit is shared with workers, so no local queue could know better).
+            waited = True
+            pause = min(max(row.retry_at - self.config.clock(), 0.01), NOT_YET_POLL_S)
+            if launch.cancel.wait(pause) or self._stop.is_set():
+                row = None
+                break
+        if waited:
+            self.learning.restart(job_id)  # its run time starts now, not at the wait
         if row is None:  # cancelled while it waited for a thread, or the store failed
             return ComputationResult(None, ComputationStatus.CANCELLED, error=error)
         return self._run(row, launch)

@@ -99,7 +99,11 @@ class Worker:
                 config,
                 role=RUNNER_WORKER,
                 runner_id=self.runner_id,
-                info={"wake": self._listener.address, "kinds": self._kinds},
+                info={
+                    "wake": self._listener.address,
+                    "kinds": self._kinds,
+                    "slots": config.max_concurrent,
+                },
                 on_release=self._released,
             )
             self.runtimes.append(rt)

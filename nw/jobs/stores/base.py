@@ -29,6 +29,7 @@ from typing import Any
 from au import ComputationResult, ComputationStatus, ComputationStore
 from dol.base import KvPersister
 
+from nw.jobs.limits import Limit, NotYet
 from nw.jobs.records import JobRow
 
 #: Record fields every backend keeps as real columns (filtered, ordered, fenced).
@@ -92,17 +93,42 @@ class JobStore(ABC):
         ``earlier_runs_usd`` (so re-running a job never erases spend)."""
 
     @abstractmethod
-    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
+    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | NotYet | None:
         """queued -> running for the process holding the callable; bumps
         ``attempt``, stamps ``started_at`` and a first ``heartbeat_at``. None
-        when the job is no longer queued (cancelled first, or gone)."""
+        when the job is no longer queued (cancelled first, or gone); ``NotYet``
+        when its ``not_before`` has not come or its key's limit is full (the
+        limit is checked and the start written under the key's lock, as by
+        ``claim``)."""
 
     @abstractmethod
     def claim(
         self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
     ) -> list[JobRow]:
-        """The oldest due claimable queued jobs of these kinds, each moved to
-        running as by ``start``; never the same job to two callers."""
+        """The first due claimable queued jobs of these kinds in claim order
+        (priority, higher first; then the actors' turns, ``actor_seq``; then
+        age), each moved to running as by ``start``; never the same job to two
+        callers. A job whose limit key has a limit starts only while the key
+        has room (``max_running`` running, ``per_second`` starts in the last
+        second), decided atomically with every other claim and start of that
+        key; a full key's jobs are passed over, not waited for."""
+
+    # ----- limits ---------------------------------------------------------------
+    @abstractmethod
+    def set_limit(
+        self, key: str, *, max_running: int | None, per_second: int | None, now: float
+    ) -> None:
+        """Set a key's limit; both None removes it."""
+
+    @abstractmethod
+    def limits(self, *, now: float) -> list[Limit]:
+        """Every limit this store's workers see, with its running count."""
+
+    @abstractmethod
+    def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
+        """The first ``limit`` claimable jobs in claim order: ``job_id``,
+        ``limit_key``, ``queue_at`` (due), ``priority``, ``eta_p50``,
+        ``eta_confidence`` (what a queued job's ETA needs)."""
 
     @abstractmethod
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
@@ -171,8 +197,9 @@ class JobStore(ABC):
         """Every announced runner with its last beat."""
 
     @abstractmethod
-    def spend(self) -> dict[str, Any]:
-        """Committed spend in one query: ``actual_usd`` (sum over finished jobs),
+    def spend(self, *, actor_id: str | None = None, since: float | None = None) -> dict[str, Any]:
+        """Committed spend in one query (of one actor's jobs created at or after
+        ``since`` when ``actor_id`` is given): ``actual_usd`` (sum over finished jobs),
         ``live_estimated_usd`` (sum of estimates of unfinished jobs),
         ``live_unknown`` (unfinished jobs with no estimate), ``lower_bound``
         (True when any job that started and finished has an actual that is a
@@ -292,6 +319,17 @@ def carry_over(old: Mapping[str, Any]) -> dict[str, Any]:
     )
     attempt = int(old.get("attempt") or 0)
     return {"attempt": attempt, "attempt_base": attempt, "earlier_runs_usd": spent or None}
+
+
+def due_at(record: Mapping[str, Any]) -> float:
+    """When a claimable job may first be claimed (its ``queue_at``): its
+    ``not_before`` when later than its creation. The retry backoff's due time
+    is the same column, so a delay and a backoff are one mechanism."""
+    created = float(record["created_at"])
+    later = record.get("not_before")
+    if isinstance(later, (int, float)) and not isinstance(later, bool):
+        return max(created, float(later))
+    return created
 
 
 def utc_iso(ts: float | None) -> str | None:

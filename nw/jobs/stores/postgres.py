@@ -61,9 +61,17 @@ from au import ComputationResult, ComputationStatus
 from psycopg.types.json import Jsonb
 
 from nw.canonical import stored_json
+from nw.jobs import limits
 from nw.jobs.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.records import JobRow
-from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, carry_over, split_record
+from nw.jobs.stores.base import (
+    COLUMNS,
+    JobStore,
+    actor_id_of,
+    carry_over,
+    due_at,
+    split_record,
+)
 from nw.jobs.stores.group_commit import GroupCommit
 from nw.jobs.stores.pg_database import Database, RetryNow, transaction
 from nw.jobs.stores.pg_listen import PgWakeListener
@@ -199,6 +207,8 @@ class PostgresJobStore(JobStore):
             "actor_id": actor_id_of(record),
             "doc": _jsonb(doc),
             "channel": self.channel,
+            "limit_key": record.get("limit_key"),
+            "priority": int(record.get("priority") or 0),
         }
 
     # ----- reads ---------------------------------------------------------------------
@@ -238,7 +248,7 @@ class PostgresJobStore(JobStore):
         if admit is not None:
             return self._create_admitted(record, claimable=claimable, admit=admit)
         params = self._params(self._record_args(record))
-        params["queue_at"] = record["created_at"] if claimable else None
+        params["queue_at"] = due_at(record) if claimable else None
         run_id = record.get("run_id")
 
         def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
@@ -293,7 +303,7 @@ class PostgresJobStore(JobStore):
         serialised by a transaction-scoped advisory lock on the project, and
         ``admit`` reads through this same transaction (see ``_read``)."""
         params = self._params(self._record_args(record))
-        params["queue_at"] = record["created_at"] if claimable else None
+        params["queue_at"] = due_at(record) if claimable else None
         run_id = record.get("run_id")
 
         def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
@@ -320,24 +330,44 @@ class PostgresJobStore(JobStore):
 
         return self._write("create", op)
 
-    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
+    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
         params = self._params(
             {"job_id": job_id, "now": now, "runner_id": runner_id, "lease": uuid.uuid4().hex}
         )
 
-        def op(conn: psycopg.Connection, retried: bool) -> JobRow | None:
+        def op(conn: psycopg.Connection, retried: bool) -> JobRow | limits.NotYet | None:
             if retried:  # the first try may have committed before the connection died
                 got = conn.execute(Q["by_lease"], params).fetchall()
                 if got:
                     return self._row(got[0])
-            r = conn.execute(Q["start"], params).fetchone()
-            return None if r is None else self._row(r)
+            info = conn.execute(Q["job_limit"], params).fetchone()
+            not_before = info["not_before"] if info is not None else None
+            if isinstance(not_before, (int, float)) and not_before > now:
+                return limits.NotYet(float(not_before), limits.delay_text(not_before - now))
+            if info is None or not info["limited"]:
+                r = conn.execute(Q["start"], params).fetchone()
+                return None if r is None else self._row(r)
+            with conn.transaction():  # a limited key: as claim_limited, for one job
+                key = info["limit_key"]
+                conn.execute(Q["lock_limits"], {"keys": [key]})
+                rooms = self._rooms(conn, [key], now)
+                free = rooms.get(key)
+                if free is not None and free <= 0:
+                    return limits.NotYet(now + 0.2, f"waiting: {key}")
+                r = conn.execute(Q["start"], params).fetchone()
+                if r is not None:
+                    self._note_starts(conn, [key], now)
+                return None if r is None else self._row(r)
 
         return self._write("start", op)
 
     def claim(
         self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
     ) -> list[JobRow]:
+        """See ``JobStore.claim``. Jobs without a limited key start in the one
+        ``claim`` statement; those with one come back held and are started by
+        ``_claim_limited`` under their keys' row locks. A key found full is
+        skipped in a next round (at most three), so its backlog holds no one up."""
         if not kinds or limit < 1:
             return []
         params = self._params(
@@ -345,7 +375,6 @@ class PostgresJobStore(JobStore):
                 "kinds": list(kinds),
                 "now": now,
                 "runner_id": runner_id,
-                "limit": int(limit),
                 "lease": uuid.uuid4().hex,
             }
         )
@@ -355,9 +384,84 @@ class PostgresJobStore(JobStore):
                 got = conn.execute(Q["by_lease"], params).fetchall()
                 if got:
                     return [self._row(r) for r in got]
-            return [self._row(r) for r in conn.execute(Q["claim"], params).fetchall()]
+            out: list[JobRow] = []
+            skip: list[str] = []
+            for _round in range(3):
+                want = int(limit) - len(out)
+                if want <= 0:
+                    break
+                args = {**params, "limit": want, "skip_keys": skip}
+                rows = conn.execute(Q["claim"], args).fetchall()
+                out += [self._row(r) for r in rows if not r["held"]]
+                held = [(r["job_id"], r["limit_key"]) for r in rows if r["held"]]
+                if not held:
+                    break
+                started, full = self._claim_limited(conn, params, held)
+                out += started
+                if not full or len(started) == len(held):
+                    break
+                skip += full
+            return out
 
         return self._write("claim", op)
+
+    def _rooms(self, conn: psycopg.Connection, keys: list[str], now: float) -> dict:
+        rows = conn.execute(Q["limit_rooms"], {"keys": keys, "now": now}).fetchall()
+        return {r["limit_key"]: limits.room(r["running_room"], r["rate_room"]) for r in rows}
+
+    def _note_starts(self, conn: psycopg.Connection, keys: list[str], now: float) -> None:
+        counts: dict[str, int] = {}
+        for key in keys:
+            counts[key] = counts.get(key, 0) + 1
+        args = {"keys": list(counts), "counts": list(counts.values()), "now": now}
+        conn.execute(Q["note_starts"], args)
+
+    def _claim_limited(
+        self,
+        conn: psycopg.Connection,
+        params: Mapping[str, Any],
+        held: list[tuple[str, str]],
+    ) -> tuple[list[JobRow], list[str]]:
+        """Start what the limits allow of these held jobs, in one transaction:
+        lock the keys' limit rows (key order), count each key's room in a new
+        statement (its snapshot sees every start committed before the lock was
+        granted), start the admitted jobs, log their starts. Returns the rows
+        started and the keys found full."""
+        now = params["now"]
+        keys = sorted({key for _, key in held})
+        with conn.transaction():
+            conn.execute(Q["lock_limits"], {"keys": keys})
+            admitted, full = limits.admit(held, self._rooms(conn, keys, now))
+            if not admitted:
+                return [], full
+            rows = conn.execute(Q["start_ids"], {**params, "job_ids": admitted}).fetchall()
+            self._note_starts(conn, [r["limit_key"] for r in rows], now)
+        return [self._row(r) for r in rows], full
+
+    # ----- limits --------------------------------------------------------------------
+    def set_limit(
+        self, key: str, *, max_running: int | None, per_second: int | None, now: float
+    ) -> None:
+        if max_running is None and per_second is None:
+            self._exec("delete_limit", {"key": key})
+        else:
+            args = {"key": key, "max_running": max_running, "per_second": per_second, "now": now}
+            self._exec("set_limit", args)
+
+    def limits(self, *, now: float) -> list[limits.Limit]:
+        return [
+            limits.Limit(
+                r["limit_key"],
+                r["max_running"],
+                r["per_second"],
+                int(r["running"]),
+                int(r["started_last_s"]),
+            )
+            for r in self._read("limits", {"now": now})
+        ]
+
+    def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._read("queue_ahead", {"limit": int(limit)})]
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
         args = {"job_id": job_id, "attempt": attempt, **self._patch_args(fields)}
@@ -521,8 +625,12 @@ class PostgresJobStore(JobStore):
             for r in self._read("runners", {})
         ]
 
-    def spend(self) -> dict[str, Any]:
-        r = self._read("spend", {})[0]
+    def spend(self, *, actor_id: str | None = None, since: float | None = None) -> dict[str, Any]:
+        if actor_id is None:
+            r = self._read("spend", {})[0]
+        else:
+            args = {"actor_id": actor_id, "since": since if since is not None else 0.0}
+            r = self._read("spend_by_actor", args)[0]
         return {
             "actual_usd": float(r["actual_usd"]),
             "live_estimated_usd": float(r["live_estimated_usd"]),

@@ -30,6 +30,7 @@ from typing import Any
 from au import ComputationResult, ComputationStatus
 
 from nw.canonical import stored_json
+from nw.jobs import limits
 from nw.jobs.errors import JobStoreError
 from nw.jobs.model import ACTIVE_STATUSES
 from nw.jobs.records import JobRow, unreadable_record
@@ -38,6 +39,7 @@ from nw.jobs.stores.base import (
     JobStore,
     actor_id_of,
     carry_over,
+    due_at,
     split_record,
     utc_iso,
 )
@@ -45,8 +47,9 @@ from nw.jobs.stores.sql import load_queries
 from nw.jobs.wake import WakeListener, wake_runners
 
 DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 Q = load_queries("sqlite_queries.sql")
+UPGRADES = load_queries("sqlite_upgrades.sql")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The columns the ``patch`` statement sets by flag; the indexed ones have a
 #: statement each (see ``patch`` in sqlite_queries.sql).
@@ -128,6 +131,10 @@ class SqliteJobStore(JobStore):
             schema = "\n".join(ln for ln in schema.splitlines() if not ln.lstrip().startswith("--"))
             conn.execute("BEGIN IMMEDIATE")
             try:
+                again = conn.execute("PRAGMA user_version").fetchone()[0]  # another process?
+                if 1 <= again < 2:  # a version 1 file: add the columns, the rest below
+                    for name in ("limit_key", "priority", "actor_seq"):
+                        conn.execute(UPGRADES[f"upgrade_2_{name}"])
                 for statement in schema.split(";"):
                     if statement.strip():
                         conn.execute(statement)
@@ -229,6 +236,8 @@ class SqliteJobStore(JobStore):
             "actor_id": actor_id_of(record),
             "cancel_requested": int(cols["cancel_requested"]),
             "doc": _dumps(doc),
+            "limit_key": record.get("limit_key"),
+            "priority": int(record.get("priority") or 0),
         }
         c.execute(Q["put_job"], args)
         return cols
@@ -257,7 +266,7 @@ class SqliteJobStore(JobStore):
                     "job_id": job_id,
                     "created_at": utc_iso(cols["created_at"]),
                     "attempt": cols["attempt"],
-                    "queue_at": record["created_at"] if claimable else None,
+                    "queue_at": due_at(record) if claimable else None,
                 },
             )
         if claimable:
@@ -275,21 +284,115 @@ class SqliteJobStore(JobStore):
             rows.append(self._get(c, job_id))
         return rows
 
-    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
+    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
         with self._cursor(write=True) as c:
             if not c.execute(Q["can_start"], {"job_id": job_id}).fetchone():
                 return None
-            return self._start_rows(c, [job_id], now, runner_id)[0]
+            info = c.execute(Q["job_limit"], {"job_id": job_id}).fetchone()
+            not_before, key = info["not_before"], info["limit_key"]
+            if isinstance(not_before, (int, float)) and not_before > now:
+                return limits.NotYet(float(not_before), limits.delay_text(not_before - now))
+            rooms = self._rooms(c, now)
+            if key is not None and rooms.get(key, (None, []))[0] == 0:
+                return limits.NotYet(now + 0.2, f"waiting: {key}")
+            rows = self._start_rows(c, [job_id], now, runner_id)
+            self._note_starts(c, rooms, [key], now)
+            return rows[0]
+
+    def _rooms(
+        self, c: sqlite3.Connection, now: float
+    ) -> dict[str, tuple[int | None, list[float]]]:
+        """Each limited key's room now and its start log of the last second
+        (read under the write lock: exact)."""
+        out = {}
+        for r in c.execute(Q["limit_rooms"]):
+            log = [t for t in json.loads(r["starts"]) if t > now - limits.RATE_WINDOW_S]
+            running = None if r["max_running"] is None else r["max_running"] - r["running"]
+            rate = None if r["per_second"] is None else r["per_second"] - len(log)
+            out[r["limit_key"]] = (limits.room(running, rate), log)
+        return out
+
+    def _note_starts(
+        self,
+        c: sqlite3.Connection,
+        rooms: Mapping[str, tuple[int | None, list[float]]],
+        keys: Sequence[str | None],
+        now: float,
+    ) -> None:
+        started: dict[str, int] = {}
+        for key in keys:
+            if key in rooms:
+                started[key] = started.get(key, 0) + 1
+        for key, n in started.items():
+            log = rooms[key][1] + [now] * n
+            c.execute(Q["note_starts"], {"key": key, "starts": json.dumps(log), "now": now})
 
     def claim(
         self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
     ) -> list[JobRow]:
+        """See ``JobStore.claim``: under the write lock, the limits' rooms are
+        read once; candidates of full keys are passed over (their keys go in
+        ``skip_keys`` and the next candidates are read)."""
         if not kinds or limit < 1:
             return []
-        args = {"now": now, "kinds": json.dumps(list(kinds)), "limit": int(limit)}
         with self._cursor(write=True) as c:
-            ids = [r["job_id"] for r in c.execute(Q["claimable"], args)]
-            return self._start_rows(c, ids, now, runner_id) if ids else []
+            rooms = self._rooms(c, now)
+            free = {key: room for key, (room, _) in rooms.items()}
+            skip = sorted(key for key, room in free.items() if room == 0)
+            ids: list[str] = []
+            keys: list[str | None] = []
+            for _round in range(4):
+                want = int(limit) - len(ids)
+                args = {
+                    "now": now,
+                    "kinds": json.dumps(list(kinds)),
+                    "limit": want,
+                    "skip_keys": json.dumps(skip),
+                }
+                cands = [(r["job_id"], r["limit_key"]) for r in c.execute(Q["claimable"], args)]
+                admitted, full = limits.admit(cands, free)
+                by_id = dict(cands)
+                for job_id in admitted:
+                    key = by_id[job_id]
+                    if free.get(key) is not None:
+                        free[key] -= 1
+                ids += admitted
+                keys += [by_id[job_id] for job_id in admitted]
+                if len(admitted) == len(cands) or len(ids) >= limit:
+                    break
+                skip = sorted(set(skip) | set(full))
+            rows = self._start_rows(c, ids, now, runner_id) if ids else []
+            self._note_starts(c, rooms, keys, now)
+            return rows
+
+    # ----- limits ----------------------------------------------------------------
+    def set_limit(
+        self, key: str, *, max_running: int | None, per_second: int | None, now: float
+    ) -> None:
+        args = {"key": key, "max_running": max_running, "per_second": per_second, "now": now}
+        with self._cursor(write=True) as c:
+            if max_running is None and per_second is None:
+                c.execute(Q["delete_limit"], args)
+            else:
+                c.execute(Q["set_limit"], args)
+
+    def limits(self, *, now: float) -> list[limits.Limit]:
+        with self._cursor() as c:
+            rows = c.execute(Q["limit_rooms"]).fetchall()
+        return [
+            limits.Limit(
+                r["limit_key"],
+                r["max_running"],
+                r["per_second"],
+                int(r["running"]),
+                sum(1 for t in json.loads(r["starts"]) if t > now - limits.RATE_WINDOW_S),
+            )
+            for r in rows
+        ]
+
+    def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
+        with self._cursor() as c:
+            return [dict(r) for r in c.execute(Q["queue_ahead"], {"limit": int(limit)})]
 
     def _fence(self, c: sqlite3.Connection, job_id: str, attempt: int | None) -> str | None:
         """The job's doc when a write fenced by ``attempt`` may go ahead, else None."""
@@ -495,9 +598,13 @@ class SqliteJobStore(JobStore):
             for r in rows
         ]
 
-    def spend(self) -> dict[str, Any]:
+    def spend(self, *, actor_id: str | None = None, since: float | None = None) -> dict[str, Any]:
         with self._cursor() as c:
-            r = c.execute(Q["spend"]).fetchone()
+            if actor_id is None:
+                r = c.execute(Q["spend"]).fetchone()
+            else:
+                args = {"actor_id": actor_id, "since": since if since is not None else 0.0}
+                r = c.execute(Q["spend_by_actor"], args).fetchone()
         return {
             "actual_usd": float(r["actual_usd"]),
             "live_estimated_usd": float(r["live_estimated_usd"]),

@@ -1,8 +1,16 @@
--- nw.jobs embedded store, schema version 1 (SQLite, WAL mode).
+-- nw.jobs embedded store, schema version 2 (SQLite, WAL mode).
 -- jobs:   the index (membership authority); real columns for what is
 --         filtered, ordered or fenced, the rest of the record in `doc` (JSON).
 -- status: the au ComputationStore (single source of truth for run status);
---         `queue_at` is set while a worker may claim the job.
+--         `queue_at` is set while a worker may claim the job (its due time:
+--         a delay's `not_before` or a retry's backoff).
+-- jobs.limit_key / priority / actor_seq: the key a job counts against, its
+--         priority (higher first) and its turn in its actor's queue (fair
+--         share); claims order by (priority DESC, actor_seq, created_at).
+-- limits: the project's limits by key (every worker of the project sees them);
+--         `starts` is the JSON array of the key's start times in the last second.
+-- Version 1 files are upgraded in place (sqlite.py: the columns are added,
+-- then this file creates what is missing).
 CREATE TABLE IF NOT EXISTS jobs (
     job_id           TEXT PRIMARY KEY,
     created_at       REAL NOT NULL,
@@ -14,12 +22,19 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at      REAL,
     heartbeat_at     REAL,
     runner_id        TEXT,
-    doc              TEXT NOT NULL
+    doc              TEXT NOT NULL,
+    limit_key        TEXT,
+    priority         INTEGER NOT NULL DEFAULT 0,
+    actor_seq        INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_actor ON jobs (actor_id, created_at)
     WHERE actor_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (created_at)
+    WHERE finished_at IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_limit_running ON jobs (limit_key)
+    WHERE limit_key IS NOT NULL AND started_at IS NOT NULL AND finished_at IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_actor_seq ON jobs (coalesce(actor_id, ''), actor_seq)
     WHERE finished_at IS NULL;
 
 CREATE TABLE IF NOT EXISTS status (
@@ -60,3 +75,11 @@ CREATE TABLE IF NOT EXISTS runners (
     started_at REAL NOT NULL,
     beat_at    REAL NOT NULL
 );
+
+CREATE TABLE IF NOT EXISTS limits (
+    limit_key   TEXT PRIMARY KEY,
+    max_running INTEGER,
+    per_second  INTEGER,
+    starts      TEXT NOT NULL DEFAULT '[]',
+    updated_at  REAL NOT NULL
+) WITHOUT ROWID;

@@ -114,16 +114,28 @@ SELECT pg_advisory_xact_lock(hashtext(%(project_id)s));
 
 -- name: create
 -- Put-if-absent: the primary key (project_id, job_id) is the dedup constraint.
+-- `actor_seq` (fair share): one past the actor's newest unfinished turn, and
+-- never behind the head of the queue (a newcomer joins the rotation at the
+-- head instead of jumping ahead of everyone, or waiting behind a backlog).
 -- A new job is queued (au pending) with its status entry; a claimable one
 -- (queue_at set) notifies the project's channel in the same statement, so
 -- idle workers wake at commit. Returns (inserted, notified) counts.
 WITH jb AS (
   INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
                             attempt, cancel_requested, started_at, finished_at, heartbeat_at,
-                            runner_id, doc, au_status, queue_at)
+                            runner_id, doc, au_status, queue_at, limit_key, priority,
+                            actor_seq)
   VALUES (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
           %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
-          %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', %(queue_at)s)
+          %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', %(queue_at)s, %(limit_key)s,
+          %(priority)s, (SELECT greatest(
+            coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
+                       WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
+                         AND coalesce(a.actor_id, '') = coalesce(%(actor_id)s, '')
+                       ORDER BY a.actor_seq DESC LIMIT 1), 0),
+            coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
+                       WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
+                       ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1))
   ON CONFLICT (project_id, job_id) DO NOTHING
   RETURNING job_id
 ), sb AS (
@@ -144,10 +156,18 @@ WITH jb AS (
   UPDATE nw_jobs.jobs j
      SET (project_id, job_id, created_at, kind, idempotency_key, actor_id, attempt,
           cancel_requested, started_at, finished_at, heartbeat_at, runner_id, doc,
-          au_status, queue_at, lease)
+          au_status, queue_at, lease, limit_key, priority, actor_seq)
        = (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
           %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
-          %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', %(queue_at)s, NULL)
+          %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', %(queue_at)s, NULL,
+          %(limit_key)s, %(priority)s, (SELECT greatest(
+            coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
+                       WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
+                         AND coalesce(a.actor_id, '') = coalesce(%(actor_id)s, '')
+                       ORDER BY a.actor_seq DESC LIMIT 1), 0),
+            coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
+                       WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
+                       ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1))
    WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
   RETURNING j.job_id
 ), pb AS (
@@ -191,16 +211,85 @@ SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.st
  ORDER BY picked.queue_at, jb.job_id;
 
 -- name: claim
--- The oldest due claimable jobs of these kinds, up to %(limit)s, moved to
--- running as by `start`: SKIP LOCKED over the small partial index jobs_queue,
--- so concurrent claims never take the same job and never wait on each other.
+-- The first due claimable jobs of these kinds in claim order (priority, then
+-- the actors' turns, then age), up to %(limit)s: SKIP LOCKED over the partial
+-- index jobs_claim, so concurrent claims never take the same job and never
+-- wait on each other. A job whose key has a limit is not started here: it is
+-- returned as `held` (job id and key) for `claim_limited`, which locks the
+-- key's limit row first. Keys that are full, out of rate, or in
+-- %(skip_keys)s are passed over, so they hold up no other key.
+WITH blocked AS MATERIALIZED (
+  SELECT l.limit_key FROM nw_jobs.limits l
+   WHERE l.limit_key = ANY(%(skip_keys)s::text[])
+      OR l.max_running <= (SELECT count(*) FROM nw_jobs.jobs r
+                            WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
+                              AND r.finished_at IS NULL)
+      OR l.per_second <= (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
+), picked AS (
+  SELECT j.job_id, j.limit_key,
+         (j.limit_key IS NOT NULL
+          AND EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key)) AS held,
+         row_number() OVER () AS n
+    FROM (SELECT job_id, limit_key FROM nw_jobs.jobs
+           WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
+             AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested
+             AND (limit_key IS NULL OR limit_key NOT IN (SELECT limit_key FROM blocked))
+           ORDER BY priority DESC, actor_seq, created_at, job_id
+           LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED) j
+), jb AS (
+  UPDATE nw_jobs.jobs j
+     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
+         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL
+    FROM picked
+   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
+  RETURNING j.*
+), sb AS (
+  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
+    FROM jb
+   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
+  RETURNING s.job_id, s.status, s.value, s.error
+)
+SELECT picked.held, picked.limit_key, picked.job_id, jb.created_at, jb.kind, jb.attempt,
+       jb.cancel_requested, jb.started_at, jb.finished_at, jb.heartbeat_at, jb.runner_id,
+       jb.doc, sb.status, sb.value, sb.error
+  FROM picked LEFT JOIN jb USING (job_id) LEFT JOIN sb USING (job_id)
+ WHERE picked.held OR jb.job_id IS NOT NULL
+ ORDER BY picked.n;
+
+-- name: lock_limits
+-- The limit rows of these keys, locked in key order (so two claims never wait
+-- on each other in a cycle): every claim or start of a limited key holds its
+-- row until it commits, so the count that follows (a new statement, a new
+-- snapshot) sees every start committed before.
+SELECT limit_key FROM nw_jobs.limits
+ WHERE limit_key = ANY(%(keys)s::text[])
+ ORDER BY limit_key
+   FOR UPDATE;
+
+-- name: limit_rooms
+-- How many more jobs of each locked key may start now: the free slots under
+-- max_running (running: started and not finished, database-wide) and the
+-- starts left in the last second under per_second; NULL: no cap of that sort.
+SELECT l.limit_key,
+       l.max_running - (SELECT count(*) FROM nw_jobs.jobs r
+                         WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
+                           AND r.finished_at IS NULL) AS running_room,
+       l.per_second - (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
+         AS rate_room,
+       (SELECT min(t) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0) AS oldest_start
+  FROM nw_jobs.limits l
+ WHERE l.limit_key = ANY(%(keys)s::text[]);
+
+-- name: start_ids
+-- These held jobs moved to running as by `claim` (each still queued, due and
+-- not cancelled: it was unlocked between the two statements).
 WITH picked AS (
-  SELECT job_id, queue_at FROM nw_jobs.jobs
-   WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
-     AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested
-   ORDER BY queue_at, job_id
-   LIMIT %(limit)s
-     FOR UPDATE SKIP LOCKED
+  SELECT job_id, u.n FROM nw_jobs.jobs j
+    JOIN unnest(%(job_ids)s::text[]) WITH ORDINALITY AS u(id, n) ON u.id = j.job_id
+   WHERE j.project_id = %(project_id)s AND j.queue_at IS NOT NULL AND j.queue_at <= %(now)s
+     AND j.au_status = 'pending' AND NOT j.cancel_requested
+     FOR UPDATE OF j SKIP LOCKED
 ), jb AS (
   UPDATE nw_jobs.jobs j
      SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
@@ -215,9 +304,60 @@ WITH picked AS (
   RETURNING s.job_id, s.status, s.value, s.error
 )
 SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,
-       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error
+       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error,
+       jb.limit_key
   FROM jb JOIN picked USING (job_id) LEFT JOIN sb USING (job_id)
- ORDER BY picked.queue_at, jb.job_id;
+ ORDER BY picked.n;
+
+-- name: note_starts
+-- The sliding-window log of the keys that have a per_second: this claim's
+-- starts appended (one %(now)s per job, %(counts)s by key), starts older than
+-- a second dropped.
+UPDATE nw_jobs.limits l
+   SET starts = ARRAY(SELECT t FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
+                || array_fill(%(now)s::double precision, ARRAY[u.n]),
+       updated_at = %(now)s
+  FROM unnest(%(keys)s::text[], %(counts)s::integer[]) AS u(k, n)
+ WHERE l.limit_key = u.k AND l.per_second IS NOT NULL;
+
+-- name: job_limit
+-- The key of a job and whether it has a limit row (in-process `start`).
+SELECT j.limit_key,
+       EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key) AS limited,
+       j.doc->'not_before' AS not_before
+  FROM nw_jobs.jobs j
+ WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s;
+
+-- name: set_limit
+-- Create or change a key's limit (database-wide); the rate log is kept.
+INSERT INTO nw_jobs.limits (limit_key, max_running, per_second, updated_at)
+VALUES (%(key)s, %(max_running)s, %(per_second)s, %(now)s)
+ON CONFLICT (limit_key) DO UPDATE
+   SET max_running = excluded.max_running, per_second = excluded.per_second,
+       updated_at = excluded.updated_at;
+
+-- name: delete_limit
+DELETE FROM nw_jobs.limits WHERE limit_key = %(key)s;
+
+-- name: limits
+-- Every limit with its running count (database-wide), by key.
+SELECT l.limit_key, l.max_running, l.per_second,
+       (SELECT count(*) FROM nw_jobs.jobs r
+         WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
+           AND r.finished_at IS NULL) AS running,
+       (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0) AS started_last_s
+  FROM nw_jobs.limits l
+ ORDER BY l.limit_key;
+
+-- name: queue_ahead
+-- The project's claimable jobs in claim order with what the ETA of a queued
+-- job needs: key, due time, predicted run time (up to %(limit)s rows).
+SELECT job_id, limit_key, queue_at, priority,
+       doc->'eta_p50' AS eta_p50, doc->>'eta_confidence' AS eta_confidence
+  FROM nw_jobs.jobs
+ WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND NOT cancel_requested
+ ORDER BY priority DESC, actor_seq, created_at, job_id
+ LIMIT %(limit)s;
 
 -- name: patch
 -- Fenced update of record fields. %(cols)s is a JSON object of the column
@@ -453,6 +593,32 @@ SELECT coalesce(sum(
          AS live_unknown
   FROM nw_jobs.jobs
  WHERE project_id = %(project_id)s;
+
+-- name: spend_by_actor
+-- One actor's spend over a rolling window: the `spend` of the jobs created at
+-- or after %(since)s by this actor (index jobs_actor).
+SELECT coalesce(sum(
+         coalesce(CASE WHEN jsonb_typeof(doc->'prior_actual_usd') = 'number'
+                       THEN (doc->>'prior_actual_usd')::double precision END, 0)
+       + coalesce(CASE WHEN jsonb_typeof(doc->'earlier_runs_usd') = 'number'
+                       THEN (doc->>'earlier_runs_usd')::double precision END, 0)
+       + CASE WHEN finished_at IS NULL THEN 0
+              ELSE coalesce(CASE WHEN jsonb_typeof(doc->'actual_usd') = 'number'
+                                 THEN (doc->>'actual_usd')::double precision END, 0) END
+       ), 0.0) AS actual_usd,
+       coalesce(bool_or(finished_at IS NOT NULL AND started_at IS NOT NULL
+                        AND coalesce(doc->'actual_is_lower_bound'
+                                     NOT IN ('false'::jsonb, '0'::jsonb), true)),
+                false) AS lower_bound,
+       coalesce(sum(CASE WHEN finished_at IS NULL
+                         THEN CASE WHEN jsonb_typeof(doc->'estimated_usd') = 'number'
+                                   THEN (doc->>'estimated_usd')::double precision END END),
+                0.0) AS live_estimated_usd,
+       count(*) FILTER (WHERE finished_at IS NULL
+                          AND jsonb_typeof(doc->'estimated_usd') IS DISTINCT FROM 'number')
+         AS live_unknown
+  FROM nw_jobs.jobs
+ WHERE project_id = %(project_id)s AND actor_id = %(actor_id)s AND created_at >= %(since)s;
 
 -- name: samples
 -- The newest %(window)s duration samples of each key, newest first.

@@ -76,11 +76,20 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 SELECT job_id FROM jobs ORDER BY created_at DESC;
 
 -- name: put_job
--- Write a whole record (insert, or replace the row of the same id).
+-- Write a whole record (insert, or replace the row of the same id). A job
+-- with a limit key, a priority or an actor gets `actor_seq` (fair share): one
+-- past its actor's newest unfinished turn, and never behind the head of the
+-- queue (a newcomer joins the rotation where it is now).
 INSERT OR REPLACE INTO jobs (job_id, created_at, kind, actor_id, attempt, cancel_requested,
-                             started_at, finished_at, heartbeat_at, runner_id, doc)
+                             started_at, finished_at, heartbeat_at, runner_id, doc,
+                             limit_key, priority, actor_seq)
 VALUES (:job_id, :created_at, :kind, :actor_id, :attempt, :cancel_requested,
-        :started_at, :finished_at, :heartbeat_at, :runner_id, :doc);
+        :started_at, :finished_at, :heartbeat_at, :runner_id, :doc, :limit_key, :priority,
+        max(coalesce((SELECT max(a.actor_seq) FROM jobs a
+                       WHERE coalesce(a.actor_id, '') = coalesce(:actor_id, '')
+                         AND a.finished_at IS NULL AND a.job_id <> :job_id), 0),
+            coalesce((SELECT min(j.actor_seq) FROM status s JOIN jobs j ON j.job_id = s.job_id
+                       WHERE s.queue_at IS NOT NULL AND j.job_id <> :job_id), 1) - 1) + 1);
 
 -- name: put_queued_status
 -- A new run's status entry: pending, claimable by workers when :queue_at is set.
@@ -99,12 +108,53 @@ SELECT 1 AS ok FROM status s JOIN jobs j ON j.job_id = s.job_id
  WHERE s.job_id = :job_id AND s.status = 'pending' AND NOT j.cancel_requested;
 
 -- name: claimable
--- The oldest due claimable jobs of these kinds (index status_queue); the
+-- The first due claimable jobs of these kinds in claim order (priority, the
+-- actors' turns, age), passing over the keys in :skip_keys (full ones); the
 -- caller holds the write lock (BEGIN IMMEDIATE), so no one else claims them.
-SELECT s.job_id FROM status s JOIN jobs j ON j.job_id = s.job_id
+SELECT s.job_id, j.limit_key FROM status s JOIN jobs j ON j.job_id = s.job_id
  WHERE s.queue_at IS NOT NULL AND s.queue_at <= :now AND s.status = 'pending'
    AND NOT j.cancel_requested AND j.kind IN (SELECT value FROM json_each(:kinds))
- ORDER BY s.queue_at, s.job_id
+   AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT value FROM json_each(:skip_keys)))
+ ORDER BY j.priority DESC, j.actor_seq, j.created_at, j.job_id
+ LIMIT :limit;
+
+-- name: limit_rooms
+-- Every limit of the project with its running count (started, not finished)
+-- and its start log (read under the write lock, so the counts are exact).
+SELECT l.limit_key, l.max_running, l.per_second, l.starts,
+       (SELECT count(*) FROM jobs r
+         WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
+           AND r.finished_at IS NULL) AS running
+  FROM limits l
+ ORDER BY l.limit_key;
+
+-- name: note_starts
+-- A key's start log after this claim (the caller trimmed it to the last second).
+UPDATE limits SET starts = :starts, updated_at = :now WHERE limit_key = :key;
+
+-- name: job_limit
+-- The key of a job and its delay (in-process `start`).
+SELECT limit_key, json_extract(doc, '$.not_before') AS not_before FROM jobs
+ WHERE job_id = :job_id;
+
+-- name: set_limit
+INSERT INTO limits (limit_key, max_running, per_second, updated_at)
+VALUES (:key, :max_running, :per_second, :now)
+ON CONFLICT (limit_key) DO UPDATE
+   SET max_running = excluded.max_running, per_second = excluded.per_second,
+       updated_at = excluded.updated_at;
+
+-- name: delete_limit
+DELETE FROM limits WHERE limit_key = :key;
+
+-- name: queue_ahead
+-- The claimable jobs in claim order with what a queued job's ETA needs.
+SELECT j.job_id, j.limit_key, s.queue_at, j.priority,
+       json_extract(j.doc, '$.eta_p50') AS eta_p50,
+       json_extract(j.doc, '$.eta_confidence') AS eta_confidence
+  FROM status s JOIN jobs j ON j.job_id = s.job_id
+ WHERE s.queue_at IS NOT NULL AND s.status = 'pending' AND NOT j.cancel_requested
+ ORDER BY j.priority DESC, j.actor_seq, j.created_at, j.job_id
  LIMIT :limit;
 
 -- name: start_status
@@ -250,6 +300,26 @@ SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
                    AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)
          AS live_unknown
   FROM jobs;
+
+-- name: spend_by_actor
+-- One actor's spend over a rolling window (as `spend`, over the jobs created
+-- at or after :since by this actor; index jobs_by_actor).
+SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
+                    + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)
+                    + CASE WHEN finished_at IS NULL THEN 0
+                           ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0)
+         AS actual_usd,
+       coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
+                    AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
+         AS lower_bound,
+       coalesce(sum(CASE WHEN finished_at IS NULL
+                         THEN json_extract(doc, '$.estimated_usd') END), 0.0)
+         AS live_estimated_usd,
+       count(CASE WHEN finished_at IS NULL
+                   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)
+         AS live_unknown
+  FROM jobs
+ WHERE actor_id = :actor_id AND created_at >= :since;
 
 -- name: delete_job
 DELETE FROM jobs WHERE job_id = :job_id;

@@ -1,0 +1,320 @@
+"""Scarce providers on both stores: limits by key across worker processes, rates,
+priorities, delays, fair share, per-actor budgets, and what a waiting job says."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from au import ComputationStatus
+
+from nw import jobs
+from nw.jobs.stores import shared_store
+from tests.conftest import clear_postgres_limits
+from tests.fixtures import bodies
+from tests.helpers import wait_until
+from tests.integration.workers import start_worker, stop
+
+
+@pytest.fixture(autouse=True)
+def _kinds():
+    bodies.register_all()
+    yield
+    jobs.kinds.unregister_kind("t.keyed")
+
+
+@pytest.fixture(autouse=True)
+def _no_limits(cfg):
+    """PostgreSQL limits are database-wide: each test starts and ends without any."""
+    clear_postgres_limits(cfg)
+    yield
+    clear_postgres_limits(cfg)
+
+
+def _spans(log_path, model):
+    """(start, end) wall times of each body of ``model``, from the bodies' own log."""
+    starts, ends = {}, {}
+    for line in log_path.read_text().splitlines():
+        what, m, i, ts = line.split()
+        if m == model:
+            (starts if what == "start" else ends)[i] = float(ts)
+    return [(starts[i], ends.get(i, float("inf"))) for i in starts]
+
+
+def _max_overlap(spans):
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    most = now = 0
+    for _, step in events:  # an end at the same instant as a start is counted first
+        now += step
+        most = max(most, now)
+    return most
+
+
+def _claim_order(store, n, now, kinds=("t.noop",)):
+    got = []
+    for _ in range(n):
+        rows = store.claim(list(kinds), now=now, runner_id="test-runner", limit=1)
+        if not rows:
+            break
+        got.append(rows[0].record["params"]["i"])
+    return got
+
+
+@pytest.mark.slow
+def test_four_workers_never_run_more_than_max_running_of_a_key(project, cfg, tmp_path):
+    # Given a limit of 2 on key prov:a, 40 jobs of that key and 20 of a free key
+    log = tmp_path / "spans.log"
+    jobs.set_limit(project, "prov:a", max_running=2, config=cfg)
+    for i in range(40):
+        params = {"model": "a", "i": i, "log": str(log), "seconds": 0.15}
+        jobs.enqueue(project, "t.span", params, config=cfg)
+    for i in range(20):
+        params = {"model": "b", "i": i, "log": str(log), "seconds": 0.15}
+        jobs.enqueue(project, "t.span", params, config=cfg)
+    # When four worker processes with three slots each drain them
+    workers = [
+        start_worker(project, max_concurrent=3, database_url=cfg.database_url) for _ in range(4)
+    ]
+    seen = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            lim = jobs.list_limits(project, config=cfg)[0]
+            seen.append(lim["running"])  # the store's own count, sampled throughout
+            done = jobs.list_jobs(project, status="succeeded", limit=100, config=cfg)
+            if len(done) == 60:
+                break
+            time.sleep(0.01)
+        assert len(done) == 60
+    finally:
+        for w in workers:
+            stop(w)
+    # Then no sample of the store saw more than 2 running, and it did reach 2
+    assert max(seen) == 2
+    a, b = _spans(log, "a"), _spans(log, "b")
+    assert len(a) == 40 and len(b) == 20
+    # and the bodies' own start/end log never overlaps more than 2 of key a
+    assert _max_overlap(a) == 2
+    # while the free key ran beside it, not after it: it overlapped more than 2
+    # at once, and it was done long before key a's backlog was
+    assert _max_overlap(b) > 2
+    assert max(e for _, e in b) < max(e for _, e in a)
+
+
+@pytest.mark.slow
+def test_per_second_holds_within_one_job_per_window(project, cfg, tmp_path):
+    log = tmp_path / "spans.log"
+    jobs.set_limit(project, "prov:r", per_second=4, config=cfg)
+    for i in range(16):
+        params = {"model": "r", "i": i, "log": str(log), "seconds": 0.01}
+        jobs.enqueue(project, "t.span", params, config=cfg)
+    workers = [
+        start_worker(project, max_concurrent=4, database_url=cfg.database_url) for _ in range(2)
+    ]
+    try:
+        wait_until(
+            lambda: len(jobs.list_jobs(project, status="succeeded", limit=50, config=cfg)) == 16,
+            timeout=60,
+            what="16 rate-limited jobs",
+        )
+    finally:
+        for w in workers:
+            stop(w)
+    # the starts as the store stamped them (at claim, under the key's lock)
+    done = jobs.list_jobs(project, status="succeeded", limit=50, config=cfg)
+    starts = sorted(j.started_at.timestamp() for j in done)
+    assert len(starts) == 16 and len(_spans(log, "r")) == 16
+    busiest = max(sum(1 for t in starts if s <= t < s + 1.0) for s in starts)
+    assert busiest <= 4
+    assert starts[-1] - starts[0] >= 3.0  # 16 starts at 4/s take at least four windows
+
+
+def test_priorities_order_claims_fifo_within(project, cfg):
+    for i, prio in enumerate([0, 0, 5, 1, 5, 0]):
+        jobs.enqueue(project, "t.noop", {"i": i}, priority=prio, config=cfg)
+    store = shared_store(project, cfg, create=True)
+    order = _claim_order(store, 6, now=cfg.clock() + 1)
+    assert order == [2, 4, 3, 0, 1, 5]
+
+
+def test_not_before_is_honoured_and_said(project, cfg):
+    now = time.time()
+    late = jobs.enqueue(project, "t.noop", {"i": 1}, not_before=now + 40, config=cfg)
+    jobs.enqueue(project, "t.noop", {"i": 2}, config=cfg)
+    store = shared_store(project, cfg, create=True)
+    assert _claim_order(store, 2, now=now + 1) == [2]  # the delayed one is not due
+    shown = jobs.get_job(project, late.job_id, config=cfg)
+    assert shown.status == jobs.QUEUED and shown.waiting in ("starts in 40s", "starts in 39s")
+    assert shown.not_before is not None and abs(shown.not_before.timestamp() - now - 40) < 1e-3
+    assert _claim_order(store, 1, now=now + 41) == [1]
+
+
+def test_not_before_refuses_a_naive_datetime(project, cfg):
+    from datetime import datetime
+
+    with pytest.raises(jobs.InvalidInput, match="aware"):
+        jobs.enqueue(project, "t.noop", {"i": 1}, not_before=datetime(2030, 1, 1), config=cfg)
+    with pytest.raises(jobs.InvalidInput, match="priority"):
+        jobs.enqueue(project, "t.noop", {"i": 1}, priority="high", config=cfg)
+    assert jobs.list_jobs(project, config=cfg) == []
+
+
+def test_fair_share_rotates_claims_across_actors(project, cfg):
+    for i in range(10):  # a burst from one actor
+        jobs.enqueue(project, "t.noop", {"i": f"a{i}"}, actor="alice", config=cfg)
+    for i in range(2):  # then another actor's two jobs
+        jobs.enqueue(project, "t.noop", {"i": f"b{i}"}, actor="bob", config=cfg)
+    store = shared_store(project, cfg, create=True)
+    order = _claim_order(store, 12, now=cfg.clock() + 1)
+    # bob's jobs do not wait for all of alice's: they take turns from the head
+    assert order[:4] == ["a0", "b0", "a1", "b1"]
+    assert order[4:] == [f"a{i}" for i in range(2, 10)]
+
+
+def test_fair_share_does_not_let_a_newcomer_jump_a_backlog(project, cfg):
+    for i in range(6):
+        jobs.enqueue(project, "t.noop", {"i": f"a{i}"}, actor="alice", config=cfg)
+    store = shared_store(project, cfg, create=True)
+    assert _claim_order(store, 3, now=cfg.clock() + 1) == ["a0", "a1", "a2"]
+    for i in range(4):  # bob arrives when alice's turn 4 is at the head
+        jobs.enqueue(project, "t.noop", {"i": f"b{i}"}, actor="bob", config=cfg)
+    order = _claim_order(store, 7, now=cfg.clock() + 1)
+    assert order == ["a3", "b0", "a4", "b1", "a5", "b2", "b3"]
+
+
+def test_a_full_key_holds_up_no_other_key_and_says_why(project, cfg):
+    jobs.register_kind("t.keyed", "tests.fixtures.bodies:noop", limit_key=lambda p: p["key"])
+    jobs.set_limit(project, "fal:kling", max_running=1, config=cfg)
+    first = [
+        jobs.enqueue(project, "t.keyed", {"i": i, "key": "fal:kling"}, config=cfg) for i in range(5)
+    ]
+    other = jobs.enqueue(project, "t.keyed", {"i": 9, "key": "fal:flux"}, config=cfg)
+    store = shared_store(project, cfg, create=True)
+    now = cfg.clock() + 1
+    got = store.claim(["t.keyed"], now=now, runner_id="r1", limit=4)
+    # one of the full key (its first in line), and the other key's job behind the backlog
+    assert [r.record["job_id"] for r in got] == [first[0].job_id, other.job_id]
+    assert store.claim(["t.keyed"], now=now, runner_id="r2", limit=4) == []
+    waiting = jobs.get_job(project, first[1].job_id, config=cfg)
+    assert waiting.waiting == "waiting: fal:kling at 1 of 1"
+    assert waiting.limit_key == "fal:kling"
+    lim = jobs.list_limits(project, config=cfg)
+    assert lim[0]["key"] == "fal:kling" and lim[0]["running"] == 1
+    # a finish releases the slot: the next one of the key is claimable
+    row = got[0]
+    assert store.finish(
+        row.record["job_id"],
+        au_status=ComputationStatus.COMPLETED,
+        result={"ok": True},
+        error=None,
+        fields={"finished_at": now + 0.1},
+        attempt=row.record["attempt"],
+    )
+    again = store.claim(["t.keyed"], now=now + 0.2, runner_id="r2", limit=4)
+    assert [r.record["job_id"] for r in again] == [first[1].job_id]
+
+
+def test_removing_a_limit_frees_its_key(project, cfg):
+    jobs.set_limit(project, "k", max_running=0, config=cfg)  # 0: the key is paused
+    jobs.register_kind("t.keyed", "tests.fixtures.bodies:noop", limit_key="k")
+    jobs.enqueue(project, "t.keyed", {"i": 1}, config=cfg)
+    store = shared_store(project, cfg, create=True)
+    assert store.claim(["t.keyed"], now=cfg.clock() + 1, runner_id="r", limit=2) == []
+    assert jobs.set_limit(project, "k", config=cfg) is None
+    assert jobs.list_limits(project, config=cfg) == []
+    assert len(store.claim(["t.keyed"], now=cfg.clock() + 1, runner_id="r", limit=2)) == 1
+
+
+def test_set_limit_refuses_bad_values(project, cfg):
+    with pytest.raises(jobs.InvalidInput, match="per_second"):
+        jobs.set_limit(project, "k", per_second=0, config=cfg)
+    with pytest.raises(jobs.InvalidInput, match="max_running"):
+        jobs.set_limit(project, "k", max_running=1.5, config=cfg)
+    with pytest.raises(jobs.InvalidInput, match="limit key"):
+        jobs.set_limit(project, "", max_running=1, config=cfg)
+    assert jobs.list_limits(project, config=cfg) == []
+
+
+def test_a_limit_key_template_that_cannot_be_filled_is_refused(project, cfg):
+    jobs.register_kind("t.keyed", "tests.fixtures.bodies:noop", limit_key="fal:{model}")
+    with pytest.raises(jobs.InvalidInput, match="limit_key"):
+        jobs.enqueue(project, "t.keyed", {"i": 1}, config=cfg)
+    assert jobs.list_jobs(project, config=cfg) == []
+    job = jobs.enqueue(project, "t.keyed", {"i": 1, "model": "kling"}, config=cfg)
+    assert job.limit_key == "fal:kling"
+
+
+def test_per_actor_budget_under_concurrent_enqueues(project, cfg):
+    config = jobs.JobsConfig(
+        **{k: getattr(cfg, k) for k in ("heartbeat_interval_s", "heartbeat_stale_s")},
+        database_url=cfg.database_url,
+        actor_budget_usd=1.0,
+    )
+    outcomes = []
+    lock = threading.Lock()
+    go = threading.Barrier(10)
+
+    def submit(i):
+        go.wait()
+        try:
+            jobs.enqueue(
+                project, "t.noop", {"i": i, "estimated_usd": 0.3}, actor="u1", config=config
+            )
+            result = "ok"
+        except jobs.BudgetExceeded as exc:
+            result = "refused"
+            assert "u1" in str(exc)
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # exactly three of 0.3 fit under 1.0, however the ten raced
+    assert Counter(outcomes) == {"ok": 3, "refused": 7}
+    assert len(jobs.list_jobs(project, actor="u1", config=config)) == 3
+    spent = jobs.spend(project, actor="u1", config=config)
+    assert spent["total_usd"] == pytest.approx(0.9) and spent["budget_usd"] == 1.0
+    assert spent["remaining_usd"] == pytest.approx(0.1)
+    # another actor has its own cap; an unknown cost still needs approval
+    jobs.enqueue(project, "t.noop", {"i": 99, "estimated_usd": 0.3}, actor="u2", config=config)
+    with pytest.raises(jobs.BudgetExceeded, match="approval"):
+        jobs.enqueue(project, "t.noop", {"i": 100}, actor="u2", config=config)
+    jobs.enqueue(project, "t.noop", {"i": 100}, actor="u2", approved=True, config=config)
+
+
+def test_in_process_jobs_honour_limits_and_delays(project, cfg, tmp_path):
+    log = tmp_path / "spans.log"
+    config = jobs.JobsConfig(
+        **{k: getattr(cfg, k) for k in ("heartbeat_interval_s", "heartbeat_stale_s")},
+        database_url=cfg.database_url,
+        max_concurrent=4,
+    )
+    jobs.set_limit(project, "inproc:x", max_running=1, config=config)
+    at = time.time() + 0.5
+    made = [
+        jobs.enqueue(
+            project,
+            "local.span",
+            {"model": "x", "i": i, "log": str(log), "seconds": 0.1},
+            dispatch={"local.span": bodies.span},
+            limit_key="inproc:x",
+            not_before=at if i == 0 else None,
+            config=config,
+        )
+        for i in range(4)
+    ]
+    for job in made:
+        wait_until(
+            lambda job=job: jobs.get_job(project, job.job_id, config=config).is_terminal,
+            timeout=30,
+            what="in-process job",
+        )
+    spans = _spans(log, "x")
+    assert len(spans) == 4 and _max_overlap(spans) == 1
+    first = jobs.get_job(project, made[0].job_id, config=config)
+    assert first.started_at.timestamp() >= at
