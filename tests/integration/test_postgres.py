@@ -79,7 +79,10 @@ def test_migrate_is_versioned_idempotent_and_safe_from_two_hosts_at_once(fresh_d
     for t in threads:
         t.join()
     # each migration applied once, by whichever host took its lock first
-    assert sorted(sum(results, [])) == ["0001_init.sql", "0002_limits.sql"]
+    assert sorted(name for applied in results for name in applied) == [
+        "0001_init.sql",
+        "0002_limits.sql",
+    ]
     assert migrate(fresh_db) == []
     assert _tables(fresh_db) == [
         "durations",
