@@ -254,6 +254,42 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_limits(args: argparse.Namespace) -> int:
+    """List the limits, set one (``set KEY --max-running N --per-second N``) or
+    remove one (``remove KEY``)."""
+    from nw.jobs import list_limits, set_limit
+
+    project = _project(args)
+    if args.action in ("set", "remove") and not args.key:
+        raise UserError(f"nw-jobs limits {args.action} needs a KEY")
+    if args.action == "set":
+        if args.max_running is None and args.per_second is None:
+            raise UserError("nw-jobs limits set needs --max-running and/or --per-second")
+        set_limit(project, args.key, max_running=args.max_running, per_second=args.per_second)
+    elif args.action == "remove":
+        set_limit(project, args.key)
+    elif args.key or args.max_running is not None or args.per_second is not None:
+        raise UserError("nw-jobs limits (list) takes no KEY or caps; use set or remove")
+    rows = list_limits(project)
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    console = _console()
+    if not rows:
+        console.print("no limits")
+        return EXIT_OK
+    for lim in rows:
+        caps = []
+        if lim["max_running"] is not None:
+            caps.append(f"running {lim['running']} of {lim['max_running']}")
+        if lim["per_second"] is not None:
+            caps.append(
+                f"started {lim['started_last_s']} in the last second of {lim['per_second']}/s"
+            )
+        console.print(f"{lim['key']}: {', '.join(caps)} ({lim['scope']})", soft_wrap=True)
+    return EXIT_OK
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     from nw.jobs import estimate
 
@@ -498,6 +534,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("cancel", cmd_cancel, "request a job's cancellation", [one, as_json])
     p.add_argument("id", help="job id (or a unique prefix of one)")
+
+    p = add(
+        "limits",
+        cmd_limits,
+        "concurrency and rate limits by key: list, set KEY, remove KEY",
+        [one, as_json],
+    )
+    p.add_argument("action", nargs="?", choices=("list", "set", "remove"), default="list")
+    p.add_argument("key", nargs="?", help="the limit key, e.g. fal:kling")
+    p.add_argument("--max-running", type=int, help="at most N jobs of the key at once")
+    p.add_argument("--per-second", type=int, help="at most N starts in any one second")
 
     p = add("estimate", cmd_estimate, "dry-run cost gate for a render", [one, as_json])
     p.add_argument("kind", help="the job kind, e.g. panel.animate")

@@ -81,6 +81,8 @@ def eta_text(job: Mapping[str, Any]) -> str:
     eta = job.get("eta_s")
     if eta is None:
         return ESTIMATING
+    if status == "queued" and job.get("starts_at"):  # eta_s counts the wait
+        return f"~{duration(eta)} to done ({confidence})"
     if status == "queued":
         return f"~{duration(eta)} once running ({confidence})"
     hint = job.get("label_hint")
@@ -127,7 +129,7 @@ def plain_line(job: Mapping[str, Any]) -> str:
     bits = [
         f"{short_id(job['job_id'])}",
         f"{job.get('label') or job.get('kind')}",
-        f"{job.get('status')}",
+        status_text(job),
         pct_text(job),
         eta_text(job),
         f"stage {stage_text(job)}",
@@ -141,10 +143,17 @@ def plain_line(job: Mapping[str, Any]) -> str:
     return " | ".join(bits)
 
 
+def status_text(job: Mapping[str, Any]) -> str:
+    """The status, or what holds a queued job ("waiting: fal:kling at 2 of 2",
+    "starts in 40s") when something does; mirrored by ``tray.js``."""
+    status = str(job.get("status"))
+    return str(job["waiting"]) if status == "queued" and job.get("waiting") else status
+
+
 def status_cell(job: Mapping[str, Any]) -> Text:
     status = str(job.get("status"))
     style = GRADE_STYLE.get(job.get("grade") or "", STATUS_STYLE.get(status, ""))
-    return Text(status, style=style)
+    return Text(status_text(job), style=style)
 
 
 def bar(job: Mapping[str, Any], width: int = 24) -> ProgressBar | Text:

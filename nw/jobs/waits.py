@@ -7,8 +7,9 @@ and when they should end (their own ETAs), the live workers' slots, each key's
 ``max_running`` and ``per_second``, and each job's due time. It is list
 scheduling, the way the workers claim: each job in claim order takes the
 earliest moment at which it is due, a slot is free, its key has a free slot
-and its key's last second has room. A job of a full key does not hold up the
-jobs behind it (nor does it in the claim).
+and its key's last second has room, in the slot freed last before then (a job
+waiting on its key does not hold an earlier slot the jobs behind it can use,
+as a full key holds up no other key in the claim).
 
 Honesty: the start of a job is unknown ("estimating…") when it cannot be
 derived from what has been learned: no live worker to run it, or a job ahead
@@ -18,6 +19,7 @@ common case informative: with free slots and nothing ahead, the start is now.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -69,7 +71,7 @@ def plan_starts(
             free_at.append(end)
         if job.limit_key is not None:
             key_ends.setdefault(job.limit_key, []).append(end)
-    heapq.heapify(free_at)
+    free_at.sort()
     for ends in key_ends.values():
         heapq.heapify(ends)
     key_starts: dict[str, list[float]] = {}
@@ -102,8 +104,9 @@ def plan_starts(
         if t == float("inf"):
             continue
         end = t + float(p50)
-        if free_at:
-            heapq.heapreplace(free_at, end)
+        if free_at:  # the slot freed last before t: earlier ones stay for the jobs behind
+            free_at.pop(bisect.bisect_right(free_at, t) - 1)
+            bisect.insort(free_at, end)
         if cap is not None:
             if len(ends) >= cap:
                 heapq.heapreplace(ends, end)

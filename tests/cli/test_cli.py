@@ -372,3 +372,23 @@ def test_the_cli_answers_by_type_a_store_fault_in_one_line_a_bug_with_its_traceb
     monkeypatch.setattr(nw.jobs, "list_jobs", bug)
     with pytest.raises(ValueError, match="internal slip"):
         main(["list", "--project", str(project.root)])
+
+
+def test_limits_set_list_remove(project):
+    env = {"NW_JOBS_PROJECT": str(project.root)}
+    got = nw_jobs("limits", "set", "fal:kling", "--max-running", "2", env=env)
+    assert got.returncode == 0, got.stderr
+    assert "fal:kling: running 0 of 2 (project)" in got.stdout
+    nw_jobs("limits", "set", "voice", "--per-second", "10", env=env)
+    listed = json.loads(nw_jobs("limits", "--json", env=env).stdout)
+    assert [(lim["key"], lim["max_running"], lim["per_second"]) for lim in listed] == [
+        ("fal:kling", 2, None),
+        ("voice", None, 10),
+    ]
+    assert nw_jobs("limits", "remove", "voice", env=env).returncode == 0
+    assert [lim["key"] for lim in json.loads(nw_jobs("limits", "--json", env=env).stdout)] == [
+        "fal:kling"
+    ]
+    one_line_error(nw_jobs("limits", "set", "x", "--per-second", "0", env=env), "per_second")
+    one_line_error(nw_jobs("limits", "set", "x", env=env), "--max-running")
+    one_line_error(nw_jobs("limits", "remove", env=env), "needs a KEY")

@@ -6,7 +6,14 @@ import io
 
 import pytest
 
-from nw.cli_render import cost_text, eta_text, jobs_table, plain_line, stage_text
+from nw.cli_render import (
+    cost_text,
+    eta_text,
+    jobs_table,
+    plain_line,
+    stage_text,
+    status_text,
+)
 
 COST_CASES = [
     # (cost, cached, shown)
@@ -73,6 +80,26 @@ def test_stage_and_plain_line():
         "aaaaaaaaaaaa | Panel 1 | running | 33% | ~2.0s left (observed)"
         " | stage render · 1 of 3 done | cost ≥ $0.10"
     )
+
+
+def test_a_waiting_job_says_what_holds_it():
+    job = {
+        "job_id": "c" * 64,
+        "kind": "k",
+        "label": "Clip",
+        "status": "queued",
+        "waiting": "waiting: fal:kling at 2 of 2",
+        "confidence": "learned",
+        "eta_s": 95,
+        "starts_at": "2026-12-01T08:00:00+00:00",
+        "progress": {},
+        "cost": {},
+    }
+    assert plain_line(job).startswith(
+        "cccccccccccc | Clip | waiting: fal:kling at 2 of 2 | — | ~1m35s to done (learned)"
+    )
+    assert status_text({**job, "waiting": None}) == "queued"
+    assert status_text({**job, "status": "running"}) == "running"
 
 
 @pytest.mark.parametrize("width", [60, 80, 100, 160])

@@ -318,3 +318,45 @@ def test_in_process_jobs_honour_limits_and_delays(project, cfg, tmp_path):
     assert len(spans) == 4 and _max_overlap(spans) == 1
     first = jobs.get_job(project, made[0].job_id, config=config)
     assert first.started_at.timestamp() >= at
+
+
+def test_a_version_1_embedded_file_is_upgraded_in_place(tmp_path):
+    import json
+    import sqlite3
+    from pathlib import Path
+
+    from nw.jobs.stores.sqlite import SqliteJobStore
+
+    # Given a file written by the schema-1 code, holding one claimable job
+    path = tmp_path / "jobs.sqlite3"
+    v1 = (Path(__file__).parents[1] / "fixtures" / "sqlite_schema_v1.sql").read_text()
+    conn = sqlite3.connect(path)
+    conn.executescript(v1)
+    doc = {"params": {"i": 1}, "label": "old", "idempotency_key": "k", "max_attempts": 1}
+    conn.execute(
+        "INSERT INTO jobs (job_id, created_at, kind, attempt, cancel_requested, doc)"
+        " VALUES (?, 100.0, 't.noop', 0, 0, ?)",
+        ("a" * 64, json.dumps(doc)),
+    )
+    conn.execute(
+        "INSERT INTO status (job_id, status, created_at, attempt, queue_at)"
+        " VALUES (?, 'pending', '1970-01-01T00:01:40+00:00', 0, 100.0)",
+        ("a" * 64,),
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    # When this code opens it
+    store = SqliteJobStore(path)
+    try:
+        # Then it is at version 2, the old job is read and claimed as before,
+        # and limits work in it
+        version = store._conn.execute("PRAGMA user_version").fetchone()[0]
+        assert version == 2
+        assert store.get("a" * 64).record["label"] == "old"
+        store.set_limit("k", max_running=1, per_second=None, now=200.0)
+        assert [lim.key for lim in store.limits(now=200.0)] == ["k"]
+        got = store.claim(["t.noop"], now=200.0, runner_id="r", limit=5)
+        assert [r.record["job_id"] for r in got] == ["a" * 64]
+    finally:
+        store.close()

@@ -118,7 +118,8 @@ function updateCard(card, job) {
   q(".label").title = job.label || job.kind;
   q(".kind").textContent = job.kind;
   const status = q(".status");
-  status.textContent = job.status;
+  // a queued job held by a delay or its key's limit says so (mirrors cli_render.status_text)
+  status.textContent = job.status === "queued" && job.waiting ? job.waiting : job.status;
   status.dataset.status = job.status;
   card.dataset.status = job.status;
   const button = q("button.cancel");
