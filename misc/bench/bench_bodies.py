@@ -32,3 +32,14 @@ def stop_workers(procs):
         p.terminate()
     for p in procs:
         p.wait(30)
+
+
+def nap(project, params):
+    import time
+
+    time.sleep(float(params.get("seconds", 0.1)))
+    return {"i": params.get("i")}
+
+
+# A job of a provider key (limits_bench.py): its key is params["key"].
+register_kind("bench.keyed", "bench_bodies:nap", limit_key="{key}")
