@@ -1,8 +1,8 @@
 """Bench-only instrument (``--import claim_counter`` in a worker): counts this
-process's claim calls and the jobs they returned, written at exit to the file
-named by ``NW_BENCH_CLAIMS`` (one line: calls, jobs, empty calls)."""
+process's claim calls and the jobs they returned in ``$NW_BENCH_CLAIMS.<pid>``
+(one line: calls, jobs, empty calls), rewritten after every claim (a worker
+whose bodies outlive its grace period leaves by ``os._exit``, without atexit)."""
 
-import atexit
 import os
 
 from nw.jobs.stores.postgres import PostgresJobStore
@@ -17,6 +17,10 @@ def _counted(claim):
         _counts["calls"] += 1
         _counts["jobs"] += len(rows)
         _counts["empty"] += not rows
+        path = os.environ.get("NW_BENCH_CLAIMS")
+        if path:
+            with open(f"{path}.{os.getpid()}", "w") as f:
+                f.write(f"{_counts['calls']} {_counts['jobs']} {_counts['empty']}\n")
         return rows
 
     return wrapper
@@ -24,11 +28,3 @@ def _counted(claim):
 
 for cls in (SqliteJobStore, PostgresJobStore):
     cls.claim = _counted(cls.claim)
-
-
-@atexit.register
-def _write():
-    path = os.environ.get("NW_BENCH_CLAIMS")
-    if path:
-        with open(path, "a") as f:
-            f.write(f"{_counts['calls']} {_counts['jobs']} {_counts['empty']}\n")

@@ -67,8 +67,8 @@ def run(base: Path, name: str, n_free: int, n_slow: int, url: str | None) -> dic
         stop_workers(procs)
     rows = [(j.params["key"], j.started_at.timestamp(), j.finished_at.timestamp()) for j in done]
     calls = jobs_claimed = empty = 0
-    for line in counts.read_text().splitlines():
-        c, n, e = map(int, line.split())
+    for part in base.glob(f"{name}.claims.*"):
+        c, n, e = map(int, part.read_text().split())
         calls, jobs_claimed, empty = calls + c, jobs_claimed + n, empty + e
     out = {"jobs": len(rows), "calls": calls, "claimed": jobs_claimed, "empty": empty}
     for key in ("free", "slow"):
