@@ -360,3 +360,24 @@ def test_a_version_1_embedded_file_is_upgraded_in_place(tmp_path):
         assert [r.record["job_id"] for r in got] == ["a" * 64]
     finally:
         store.close()
+
+
+def test_a_delayed_in_process_job_can_be_cancelled_while_it_waits(project, cfg):
+    ran = []
+    job = jobs.enqueue(
+        project,
+        "local.noop",
+        {"i": 1},
+        dispatch={"local.noop": lambda project, params: ran.append(1)},
+        not_before=time.time() + 30,
+        config=cfg,
+    )
+    shown = jobs.get_job(project, job.job_id, config=cfg)
+    assert shown.status == jobs.QUEUED and shown.waiting.startswith("starts in")
+    assert jobs.cancel_job(project, job.job_id, config=cfg).status == jobs.CANCELLED
+    from nw.jobs.runtime import existing_runtime
+    from nw.jobs.stores import store_location
+
+    runtimes = existing_runtime(store_location(project, cfg))
+    assert runtimes.wait_idle(timeout=10)  # its pool thread let go at once
+    assert ran == []

@@ -340,24 +340,27 @@ class PostgresJobStore(JobStore):
                 got = conn.execute(Q["by_lease"], params).fetchall()
                 if got:
                     return self._row(got[0])
+            r = conn.execute(Q["start"], {**params, "limited_ok": False}).fetchone()
+            if r is not None:  # the common case: one statement
+                return self._row(r)
             info = conn.execute(Q["job_limit"], params).fetchone()
-            not_before = info["not_before"] if info is not None else None
+            if info is None or not info["startable"]:
+                return None
+            not_before = info["not_before"]
             if isinstance(not_before, (int, float)) and not_before > now:
                 return limits.NotYet(float(not_before), limits.delay_text(not_before - now))
-            if info is None or not info["limited"]:
-                r = conn.execute(Q["start"], params).fetchone()
-                return None if r is None else self._row(r)
-            with conn.transaction():  # a limited key: as claim_limited, for one job
+            if not info["limited"]:  # its limit was removed meanwhile: ask again
+                return limits.NotYet(now, "")
+            with conn.transaction():  # a limited key: as _claim_limited, for one job
                 key = info["limit_key"]
                 conn.execute(Q["lock_limits"], {"keys": [key]})
-                rooms = self._rooms(conn, [key], now)
-                free = rooms.get(key)
+                free = self._rooms(conn, [key], now).get(key)
                 if free is not None and free <= 0:
                     return limits.NotYet(now + 0.2, f"waiting: {key}")
-                r = conn.execute(Q["start"], params).fetchone()
+                r = conn.execute(Q["start"], {**params, "limited_ok": True}).fetchone()
                 if r is not None:
                     self._note_starts(conn, [key], now)
-                return None if r is None else self._row(r)
+            return None if r is None else self._row(r)
 
         return self._write("start", op)
 

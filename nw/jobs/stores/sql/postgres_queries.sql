@@ -186,12 +186,17 @@ SELECT count(*) AS notified
 -- name: start
 -- queued -> running for the process holding the callable: bumps the attempt
 -- (the lease counter), stamps started_at and a first beat, takes the lease.
--- No row when the job is no longer queued (cancelled first, or gone).
+-- No row when the job is no longer queued (cancelled first, or gone), or
+-- when it may not start here: its not_before has not come, or its key has a
+-- limit (`start_limited` decides those, under the key's lock).
 WITH picked AS (
-  SELECT job_id, 0 AS queue_at FROM nw_jobs.jobs
+  SELECT job_id, 0 AS queue_at FROM nw_jobs.jobs j
    WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND au_status = 'pending'
      AND NOT cancel_requested
-     FOR UPDATE
+     AND coalesce((doc->>'not_before')::double precision, 0) <= %(now)s
+     AND (%(limited_ok)s OR limit_key IS NULL
+          OR NOT EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key))
+     FOR UPDATE OF j
 ), jb AS (
   UPDATE nw_jobs.jobs j
      SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
@@ -321,8 +326,9 @@ UPDATE nw_jobs.limits l
  WHERE l.limit_key = u.k AND l.per_second IS NOT NULL;
 
 -- name: job_limit
--- The key of a job and whether it has a limit row (in-process `start`).
-SELECT j.limit_key,
+-- Why `start` did not start a job: is it still startable, its key and
+-- whether that has a limit row, its not_before.
+SELECT j.limit_key, j.au_status = 'pending' AND NOT j.cancel_requested AS startable,
        EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key) AS limited,
        j.doc->'not_before' AS not_before
   FROM nw_jobs.jobs j
