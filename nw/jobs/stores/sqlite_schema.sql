@@ -36,6 +36,8 @@ CREATE INDEX IF NOT EXISTS jobs_limit_running ON jobs (limit_key)
     WHERE limit_key IS NOT NULL AND started_at IS NOT NULL AND finished_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_actor_seq ON jobs (coalesce(actor_id, ''), actor_seq)
     WHERE finished_at IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority DESC, actor_seq, created_at, job_id)
+    WHERE started_at IS NULL AND finished_at IS NULL;
 
 CREATE TABLE IF NOT EXISTS status (
     job_id          TEXT PRIMARY KEY,

@@ -88,8 +88,10 @@ VALUES (:job_id, :created_at, :kind, :actor_id, :attempt, :cancel_requested,
         max(coalesce((SELECT max(a.actor_seq) FROM jobs a
                        WHERE coalesce(a.actor_id, '') = coalesce(:actor_id, '')
                          AND a.finished_at IS NULL AND a.job_id <> :job_id), 0),
-            coalesce((SELECT min(j.actor_seq) FROM status s JOIN jobs j ON j.job_id = s.job_id
-                       WHERE s.queue_at IS NOT NULL AND j.job_id <> :job_id), 1) - 1) + 1);
+            coalesce((SELECT h.actor_seq FROM jobs h
+                       WHERE h.started_at IS NULL AND h.finished_at IS NULL
+                         AND h.job_id <> :job_id
+                       ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1);
 
 -- name: put_queued_status
 -- A new run's status entry: pending, claimable by workers when :queue_at is set.
@@ -111,8 +113,13 @@ SELECT 1 AS ok FROM status s JOIN jobs j ON j.job_id = s.job_id
 -- The first due claimable jobs of these kinds in claim order (priority, the
 -- actors' turns, age), passing over the keys in :skip_keys (full ones); the
 -- caller holds the write lock (BEGIN IMMEDIATE), so no one else claims them.
-SELECT s.job_id, j.limit_key FROM status s JOIN jobs j ON j.job_id = s.job_id
- WHERE s.queue_at IS NOT NULL AND s.queue_at <= :now AND s.status = 'pending'
+-- Walks the queued jobs in claim order on the partial index jobs_claim (named:
+-- left to itself SQLite sorts every due job by the status_queue index first),
+-- so a claim reads about :limit rows however long the queue.
+SELECT j.job_id, j.limit_key FROM jobs j INDEXED BY jobs_claim CROSS JOIN status s
+    ON s.job_id = j.job_id
+ WHERE j.started_at IS NULL AND j.finished_at IS NULL
+   AND s.queue_at IS NOT NULL AND s.queue_at <= :now AND s.status = 'pending'
    AND NOT j.cancel_requested AND j.kind IN (SELECT value FROM json_each(:kinds))
    AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT value FROM json_each(:skip_keys)))
  ORDER BY j.priority DESC, j.actor_seq, j.created_at, j.job_id
@@ -152,8 +159,9 @@ DELETE FROM limits WHERE limit_key = :key;
 SELECT j.job_id, j.limit_key, s.queue_at, j.priority,
        json_extract(j.doc, '$.eta_p50') AS eta_p50,
        json_extract(j.doc, '$.eta_confidence') AS eta_confidence
-  FROM status s JOIN jobs j ON j.job_id = s.job_id
- WHERE s.queue_at IS NOT NULL AND s.status = 'pending' AND NOT j.cancel_requested
+  FROM jobs j INDEXED BY jobs_claim CROSS JOIN status s ON s.job_id = j.job_id
+ WHERE j.started_at IS NULL AND j.finished_at IS NULL
+   AND s.queue_at IS NOT NULL AND s.status = 'pending' AND NOT j.cancel_requested
  ORDER BY j.priority DESC, j.actor_seq, j.created_at, j.job_id
  LIMIT :limit;
 
