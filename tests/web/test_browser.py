@@ -158,3 +158,45 @@ def test_the_page_formats_costs_and_etas_like_the_terminal(browser, project):
             text = browser.execute_script("return etaOf(arguments[0])", job)
             page = text[0] + (f" ({text[1]})" if text[1] else "")
             assert page == eta_text(job)
+
+
+def test_tray_says_what_holds_a_queued_job(browser, project):
+    pytest.importorskip("uvicorn")
+    from nw.jobs import register_kind, set_limit
+    from nw.jobs.kinds import unregister_kind
+    from nw.jobs.web import create_app
+    from tests.web.server import serving
+
+    # Given a key capped at 1, one of its jobs running and one queued behind it,
+    # and a job delayed by a minute
+    register_kind("t.capped", "tests.fixtures.bodies:noop", limit_key="fal:kling")
+    try:
+        set_limit(project, "fal:kling", max_running=1)
+        running = enqueue(project, "t.capped", {"i": 1})
+        behind = enqueue(project, "t.capped", {"i": 2})
+        later = enqueue(project, "t.capped", {"i": 3, "key": "x"}, not_before=time.time() + 60)
+        from nw.jobs import DEFAULT_CONFIG
+        from nw.jobs.stores import shared_store
+
+        store = shared_store(project, DEFAULT_CONFIG, create=True)
+        got = store.claim(["t.capped"], now=time.time(), runner_id="elsewhere", limit=3)
+        assert [r.record["job_id"] for r in got] == [running.job_id]
+        app = create_app([project], token=TOKEN, poll_interval_s=0.2)
+        with serving(app) as url:
+            # When a person opens the tray
+            browser.get(f"{url}/?token={TOKEN}")
+
+            def status_of(job_id):
+                sel = f'article[data-job-id="{job_id}"] .status'
+                found = browser.find_elements("css selector", sel)
+                return found[0].get_attribute("textContent") if found else None  # not upper-cased
+
+            # Then the queued jobs say what holds them instead of "queued"
+            wait_until(
+                lambda: status_of(behind.job_id) == "waiting: fal:kling at 1 of 1",
+                what="the capped job's status",
+            )
+            assert status_of(later.job_id) in ("starts in 1m", "starts in 59s", "starts in 60s")
+            assert status_of(running.job_id) == "running"
+    finally:
+        unregister_kind("t.capped")
