@@ -208,7 +208,7 @@ def enqueue(
             secrets=held,
         )
         try:
-            rt.submit(job_id, launch)
+            rt.submit(job_id, launch, priority=priority, not_before=due)
         except BaseException as exc:  # e.g. the runtime is shutting down
             _fail_unlaunched(store, row, exc, config)
             raise

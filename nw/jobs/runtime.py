@@ -10,6 +10,8 @@ other processes. Runtimes are made on first need by the write paths
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
 import socket
@@ -61,11 +63,31 @@ class PooledThreadBackend(ThreadBackend):
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="nw-job")
         self.max_workers = max_workers
         self._done = done
+        # Launches waiting for a thread, best first: (-priority, arrival, task).
+        self._waiting: list[tuple[int, int, tuple]] = []
+        self._waiting_lock = threading.Lock()
+        self._arrivals = itertools.count()
 
     def launch(
-        self, func: Callable, args: tuple, kwargs: dict, key: str, store: Any = None
+        self,
+        func: Callable,
+        args: tuple,
+        kwargs: dict,
+        key: str,
+        store: Any = None,
+        priority: int = 0,
     ) -> None:
-        self._pool.submit(self._work, func, args, kwargs, key)
+        """Queue a launch; the next free thread runs the highest ``priority``
+        waiting (FIFO within a priority), not simply the oldest."""
+        with self._waiting_lock:
+            task = (func, args, kwargs, key)
+            heapq.heappush(self._waiting, (-int(priority), next(self._arrivals), task))
+        self._pool.submit(self._next)
+
+    def _next(self) -> None:
+        with self._waiting_lock:  # one pool task per launch: there is always one to take
+            _, _, (func, args, kwargs, key) = heapq.heappop(self._waiting)
+        self._work(func, args, kwargs, key)
 
     def _work(self, func: Callable, args: tuple, kwargs: dict, key: str) -> None:
         try:
@@ -114,6 +136,7 @@ class Runtime:
             done=lambda key, args: self._release(key, args[-1]),
         )
         self._launches: dict[str, Launch] = {}
+        self._timers: dict[str, threading.Timer] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -145,15 +168,37 @@ class Runtime:
     def local_cancel(self, job_id: str) -> None:
         with self._lock:
             launch = self._launches.get(job_id)
+            timer = self._timers.pop(job_id, None)
         if launch is not None:
             launch.cancel.set()
+        if timer is not None:  # delayed: to the pool now, where its start finds it
+            timer.cancel()  # cancelled and lets it go (``_due`` will not launch it again)
+            self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id)
 
-    def submit(self, job_id: str, launch: Launch) -> None:
-        """Run a job this process enqueued, when a pool thread is free."""
+    def submit(
+        self, job_id: str, launch: Launch, *, priority: int = 0, not_before: float | None = None
+    ) -> None:
+        """Run a job this process enqueued, when a pool thread is free (higher
+        ``priority`` first); a delayed one joins the pool's queue only when due,
+        so it holds no thread while it waits."""
         with self._lock:
             self._launches[job_id] = launch
         self._ensure_beater()
-        self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id)
+        delay = None if not_before is None else not_before - self.config.clock()
+        if delay is None or delay <= 0:
+            self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id, None, priority)
+            return
+        timer = threading.Timer(delay, self._due, (job_id, launch, priority))
+        timer.daemon = True
+        with self._lock:
+            self._timers[job_id] = timer
+        timer.start()
+
+    def _due(self, job_id: str, launch: Launch, priority: int) -> None:
+        with self._lock:  # whoever takes the timer out launches the job: this, or a cancel
+            if self._timers.pop(job_id, None) is None:
+                return
+        self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id, None, priority)
 
     def run_claimed(self, row: JobRow, launch: Launch) -> None:
         """Run a job a worker already claimed (the row is running, attempt bumped)."""
@@ -259,6 +304,10 @@ class Runtime:
 
     def close(self, *, wait: bool = True) -> None:
         self._stop.set()
+        with self._lock:
+            timers = list(self._timers.values())
+        for timer in timers:  # delayed jobs not yet due stay queued in the store
+            timer.cancel()
         self.backend.shutdown(wait=wait)
         try:
             self.store.unregister_runner(self.runner_id)

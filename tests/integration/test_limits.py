@@ -381,3 +381,28 @@ def test_a_delayed_in_process_job_can_be_cancelled_while_it_waits(project, cfg):
     runtimes = existing_runtime(store_location(project, cfg))
     assert runtimes.wait_idle(timeout=10)  # its pool thread let go at once
     assert ran == []
+
+
+def test_in_process_jobs_start_by_priority(project, cfg, gate):
+    config = jobs.JobsConfig(
+        **{k: getattr(cfg, k) for k in ("heartbeat_interval_s", "heartbeat_stale_s")},
+        database_url=cfg.database_url,
+        max_concurrent=1,
+    )
+    order = []
+    lock = threading.Lock()
+
+    def body(project, params):
+        with lock:
+            order.append(params["i"])
+
+    # one thread, held by a running job; then three wait for it
+    jobs.enqueue(project, "local.gate", {"i": "gate"}, dispatch={"local.gate": gate}, config=config)
+    assert gate.started.wait(10)
+    for i, prio in (("low", 0), ("high", 5), ("mid", 1)):
+        jobs.enqueue(
+            project, "local.b", {"i": i}, dispatch={"local.b": body}, priority=prio, config=config
+        )
+    gate.release.set()
+    wait_until(lambda: len(order) == 3, what="the three waiting jobs")
+    assert order == ["high", "mid", "low"]
