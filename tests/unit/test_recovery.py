@@ -60,9 +60,7 @@ def test_a_lost_job_that_cannot_retry_fails_at_its_last_heartbeat(store, clock, 
     assert got.record["finished_at"] - got.record["started_at"] == 3
 
 
-def test_a_lost_job_with_attempts_left_says_so_and_is_due_at_once(
-    store, clock, claimed, config
-):
+def test_a_lost_job_with_attempts_left_says_so_and_is_due_at_once(store, clock, claimed, config):
     claimed(ID, retryable=True, max_attempts=2)
     silent_worker(store, clock, 60)
     assert recovery.reap_stale(store, clock.now, config, nobody) == [ID]
