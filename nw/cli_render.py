@@ -28,7 +28,9 @@ STATUS_STYLE = {
     "succeeded": "green",
     "failed": "red",
     "cancelled": "blue",
+    "worker lost": "bold yellow",
 }
+WORKER_LOST = "worker lost"
 GRADE_STYLE = {"ok": "green", "notice": "blue", "warning": "yellow", "error": "bold red"}
 LIVE = ("queued", "running", "cancelling")
 
@@ -120,6 +122,18 @@ def outcome_text(job: Mapping[str, Any]) -> str:
     return ""
 
 
+def state_text(job: Mapping[str, Any]) -> str:
+    """The status, or "worker lost" for a live job whose worker the liveness
+    predicate says is dead (it is about to be requeued or failed), or what
+    holds a queued job ("waiting: fal:kling at 2 of 2", "starts in 40s")."""
+    status = str(job.get("status"))
+    if status in ("running", "cancelling") and job.get("worker_responsive") is False:
+        return WORKER_LOST
+    if status == "queued" and job.get("waiting"):
+        return str(job["waiting"])
+    return status
+
+
 def short_id(job_id: str) -> str:
     return job_id[:12]
 
@@ -129,7 +143,7 @@ def plain_line(job: Mapping[str, Any]) -> str:
     bits = [
         f"{short_id(job['job_id'])}",
         f"{job.get('label') or job.get('kind')}",
-        status_text(job),
+        state_text(job),
         pct_text(job),
         eta_text(job),
         f"stage {stage_text(job)}",
@@ -143,17 +157,11 @@ def plain_line(job: Mapping[str, Any]) -> str:
     return " | ".join(bits)
 
 
-def status_text(job: Mapping[str, Any]) -> str:
-    """The status, or what holds a queued job ("waiting: fal:kling at 2 of 2",
-    "starts in 40s") when something does; mirrored by ``tray.js``."""
-    status = str(job.get("status"))
-    return str(job["waiting"]) if status == "queued" and job.get("waiting") else status
-
-
 def status_cell(job: Mapping[str, Any]) -> Text:
-    status = str(job.get("status"))
-    style = GRADE_STYLE.get(job.get("grade") or "", STATUS_STYLE.get(status, ""))
-    return Text(status_text(job), style=style)
+    status = state_text(job)
+    plain = STATUS_STYLE.get(str(job.get("status")), "")  # a waiting job is styled as queued
+    style = GRADE_STYLE.get(job.get("grade") or "", STATUS_STYLE.get(status, plain))
+    return Text(status, style=style)
 
 
 def bar(job: Mapping[str, Any], width: int = 24) -> ProgressBar | Text:

@@ -129,9 +129,15 @@ def _dt(ts: Any) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
 
 
-def to_job(row: JobRow, now: float, config: JobsConfig, wait: Wait | None = None) -> Job:
+def to_job(
+    row: JobRow,
+    now: float,
+    config: JobsConfig,
+    worker: liveness.WorkerSeen | None = None,
+    wait: Wait | None = None,
+) -> Job:
     """The ``Job`` a stored row reads as at ``now`` (status, ETA, cost, liveness).
-
+    ``worker``: the job's worker process as the store announces it (liveness.py).
     ``wait`` (``nw.jobs.waits``): a queued job's predicted start and what holds
     it; with it, the job's ``eta_s`` counts the wait, and is unknown
     ("estimating…") when the start is."""
@@ -203,8 +209,8 @@ def to_job(row: JobRow, now: float, config: JobsConfig, wait: Wait | None = None
             actual_is_lower_bound=rec.get("actual_is_lower_bound"),
         ),
         cached=bool(rec.get("cached")),
-        worker_silent_s=_round(liveness.worker_silent_s(rec, now)) if live else None,
-        worker_responsive=liveness.worker_responsive(status.value, rec, now, config),
+        worker_silent_s=_round(liveness.worker_silent_s(rec, now, worker)) if live else None,
+        worker_responsive=liveness.worker_responsive(status.value, rec, now, config, worker),
         artifact_ref=rec.get("artifact_ref"),
         result=result,
         error=error,

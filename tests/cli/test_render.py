@@ -12,7 +12,7 @@ from nw.cli_render import (
     jobs_table,
     plain_line,
     stage_text,
-    status_text,
+    state_text,
 )
 
 COST_CASES = [
@@ -98,8 +98,8 @@ def test_a_waiting_job_says_what_holds_it():
     assert plain_line(job).startswith(
         "cccccccccccc | Clip | waiting: fal:kling at 2 of 2 | — | ~1m35s to done (learned)"
     )
-    assert status_text({**job, "waiting": None}) == "queued"
-    assert status_text({**job, "status": "running"}) == "running"
+    assert state_text({**job, "waiting": None}) == "queued"
+    assert state_text({**job, "status": "running"}) == "running"
 
 
 @pytest.mark.parametrize("width", [60, 80, 100, 160])

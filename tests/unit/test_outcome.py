@@ -157,7 +157,7 @@ def test_a_lost_worker_with_attempts_left_says_which_attempt_comes_next():
         Ending(Ended.LOST, LAST_BEAT), rec(attempt=1), RETRY3, now=NOW, cancel_requested=False,
         rand=lambda: 0,
     )  # fmt: skip
-    assert out.requeued and out.due_at == NOW + 1.0  # backoff from the reap, not the beat
+    assert out.requeued and out.due_at == NOW  # no backoff: the loss says nothing of the job
     assert out.fields["error"] == "worker lost; retrying as attempt 2"
     assert out.fields["error_kind"] == "crashed"
 
