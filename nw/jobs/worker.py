@@ -2,8 +2,8 @@
 
 ``nw-jobs worker --project DIR [--project DIR ...] [--import MODULE ...]``
 
-One loop per process: claim as many due jobs as there are free slots (oldest
-first, atomically, so N workers never run one job twice), run them on the
+One loop per process: claim as many due jobs as there are free slots (in claim
+order, within limits, atomically, so N workers never run one job twice), run them on the
 project's bounded pool, and claim again at once while there is a backlog.
 Idle, it sleeps on its wake address (enqueue sends it a datagram, or a
 PostgreSQL NOTIFY) with a slow poll as the fallback. At boot, and then every

@@ -124,8 +124,8 @@ def test_a_queued_jobs_eta_counts_its_wait():
     row, config = _queued_row()
     alone = to_job(row, 1000.0, config)
     assert alone.eta_s == 20.0 and alone.starts_at is None  # no wait known: run time only
-    waiting = to_job(row, 1000.0, config, waits.Wait(30.0, "waiting: k at 2 of 2"))
+    waiting = to_job(row, 1000.0, config, wait=waits.Wait(30.0, "waiting: k at 2 of 2"))
     assert waiting.eta_s == 50.0 and waiting.starts_at.timestamp() == 1030.0
     assert waiting.waiting == "waiting: k at 2 of 2" == waiting.label_hint
-    unknown = to_job(row, 1000.0, config, waits.Wait(None, None))
+    unknown = to_job(row, 1000.0, config, wait=waits.Wait(None, None))
     assert unknown.eta_s is None and unknown.label_hint == "estimating…"
