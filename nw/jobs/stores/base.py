@@ -356,8 +356,8 @@ def rollup_rows(rows: Iterable[JobRow]) -> list[dict[str, Any]]:
     for row in rows:
         rec = row.record
         day = datetime.fromtimestamp(float(rec["finished_at"]), tz=UTC).date().isoformat()
-        key = (day, str(rec.get("kind")), actor_id_of(rec) or "", row.status.value,
-               outcome_of(row)[2] or "")  # fmt: skip
+        grade = outcome_of(row)[2] or ""
+        key = (day, str(rec.get("kind")), actor_id_of(rec) or "", row.status.value, grade)
         spent = sum(
             float(v)
             for v in (rec.get(k) for k in ("prior_actual_usd", "earlier_runs_usd", "actual_usd"))

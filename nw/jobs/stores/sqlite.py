@@ -579,8 +579,11 @@ class SqliteJobStore(JobStore):
         out: dict[str, dict[str, Any]] = {}
         with self._cursor() as c:
             for r in c.execute(Q["duration_sums"]):
-                out[r["kind"]] = {"count": int(r["n"]), "seconds": float(r["seconds"]),
-                                  "buckets": dict.fromkeys(map(float, bounds), 0)}  # fmt: skip
+                out[r["kind"]] = {
+                    "count": int(r["n"]),
+                    "seconds": float(r["seconds"]),
+                    "buckets": dict.fromkeys(map(float, bounds), 0),
+                }
             for r in c.execute(Q["duration_buckets"], {"bounds": json.dumps(list(bounds))}):
                 out[r["kind"]]["buckets"][float(r["le"])] = int(r["n"])
         return out

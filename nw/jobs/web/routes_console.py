@@ -45,8 +45,9 @@ def list_jobs(request: Request) -> JSONResponse:
     rows: list[tuple[tuple[str, str], dict[str, Any]]] = []
     for project in served:
         jobs = facade.list_jobs(project, before=cursor, limit=limit, config=config, **filters)
-        rows += [((j.created_at.isoformat() if j.created_at else "", j.job_id),
-                  state.job_json(j, project)) for j in jobs]  # fmt: skip
+        for job in jobs:
+            when = job.created_at.isoformat() if job.created_at else ""
+            rows.append(((when, job.job_id), state.job_json(job, project)))
     rows.sort(key=lambda r: r[0], reverse=True)
     page = [r for _, r in rows[:limit]]
     more = len(rows) >= limit and bool(page)
