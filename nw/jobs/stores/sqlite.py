@@ -37,6 +37,8 @@ from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
     actor_id_of,
+    bound_args,
+    bucketed,
     carry_over,
     rollup_rows,
     split_record,
@@ -576,17 +578,10 @@ class SqliteJobStore(JobStore):
         return [{**r, "grade": r["grade"] or None, "n": int(r["n"])} for r in rows]
 
     def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+        args = bound_args(bounds)
         with self._cursor() as c:
-            for r in c.execute(Q["duration_sums"]):
-                out[r["kind"]] = {
-                    "count": int(r["n"]),
-                    "seconds": float(r["seconds"]),
-                    "buckets": dict.fromkeys(map(float, bounds), 0),
-                }
-            for r in c.execute(Q["duration_buckets"], {"bounds": json.dumps(list(bounds))}):
-                out[r["kind"]]["buckets"][float(r["le"])] = int(r["n"])
-        return out
+            rows = c.execute(Q["durations"], args).fetchall()
+        return {r["kind"]: bucketed(r, bounds) for r in rows}
 
     # ----- waking idle workers ----------------------------------------------------
     def wake_listener(self, runner_id: str) -> WakeListener:
