@@ -111,6 +111,8 @@ class Outcome:
     due_at: float | None = None
     note: str = ""
     """What happened, in words for the log."""
+    ended: str | None = None
+    """Why the attempt ended, in the words of ``Job.attempts`` (set by ``decide``)."""
 
     @property
     def requeued(self) -> bool:
@@ -137,15 +139,10 @@ def decide(
     with the attempt's entry in the record's ``attempts`` closed (how and when it
     ended, and its error)."""
     decided = _decide(ending, record, policy, now=now, cancel_requested=cancel_requested, rand=rand)
-    closed = closed_attempts(
-        record,
-        ended=_ended_word(ending, decided, cancel_requested),
-        at=ending.at,
-        error=decided.fields.get("error") or decided.error,
-    )
-    if not closed:
-        return decided
-    return dataclasses.replace(decided, fields={**decided.fields, **closed})
+    word = _ended_word(ending, decided, cancel_requested)
+    error = decided.fields.get("error") or decided.error
+    closed = closed_attempts(record, ended=word, at=ending.at, error=error)
+    return dataclasses.replace(decided, ended=word, fields={**decided.fields, **closed})
 
 
 def _ended_word(ending: Ending, decided: Outcome, cancel_requested: bool) -> str:

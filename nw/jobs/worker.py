@@ -318,15 +318,8 @@ class Worker:
 
 
 def _said(decided: outcome.Outcome | None) -> str:
-    """How an attempt ended, for the per-job log line."""
-    if decided is None:
-        return "failed to launch"
-    if decided.requeued:
-        return "requeued"
-    return {
-        ComputationStatus.COMPLETED: "succeeded",
-        ComputationStatus.CANCELLED: "cancelled",
-    }.get(decided.au_status, "failed")
+    """How an attempt ended, for the per-job log line (the words of ``Job.attempts``)."""
+    return "not recorded" if decided is None else decided.ended or "ended"
 
 
 NO_KINDS = (
