@@ -110,8 +110,11 @@ class Worker:
     def _released(self, job_id: str) -> None:
         launch = self._launches.pop(job_id, None)
         decided = launch.decided if launch is not None else None
+        if decided is not None and decided.requeued and self.stopping.is_set():
+            with self._count_lock:  # pool threads release concurrently
+                self.stopped_back += 1  # stopped at a boundary, put back in the queue
         started = self._started.pop(job_id, None)
-        if started is not None:
+        if started is not None:  # after the count: a draining worker is waiting on it
             kind, attempt, at = started
             log.info(
                 "end   %s %s attempt %s: %s in %.1fs",
@@ -121,9 +124,6 @@ class Worker:
                 _said(decided),
                 time.monotonic() - at,
             )
-        if decided is not None and decided.requeued and self.stopping.is_set():
-            with self._count_lock:  # pool threads release concurrently
-                self.stopped_back += 1  # stopped at a boundary, put back in the queue
         self._poke()  # a slot is free: claim again
 
     def _poke(self) -> None:
