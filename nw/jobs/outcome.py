@@ -17,8 +17,9 @@ attempt budget, exponential backoff with jitter, only some endings retried):
   ``error`` says what happened.
 * A refusal is the body's verdict: failed, never retried.
 * A crash, or a lost worker, is retried while the kind is retryable and the
-  run has attempts left (``attempt_in_run < max_attempts``), due after
-  ``backoff_delay``; else it fails.
+  run has attempts left (``attempt_in_run < max_attempts``): a crash due after
+  ``backoff_delay``, a lost worker's job at once (the loss says nothing against
+  the job; the attempts bound a job that kills its worker); else it fails.
 * A graceful stop (the worker is shutting down) is not a failure: the job goes
   back to the queue at once, and the attempt it was on is given back
   (``attempt_base`` moves up with the lease counter), so it is not consumed.
@@ -215,7 +216,9 @@ def _decide(
     lost = how is Ended.LOST
     if policy.retryable and done < policy.max_attempts:
         message = f"{REAPED_REASON}; retrying as attempt {done + 1}" if lost else ending.message
-        delay = backoff_delay(max(done, 1), policy.backoff_s, rand())
+        # A lost worker says nothing against the job (a restarted worker reruns it
+        # at once); the attempt budget still bounds a job that kills its worker.
+        delay = 0.0 if lost else backoff_delay(max(done, 1), policy.backoff_s, rand())
         fields = {"error": message, "error_kind": ERROR_KIND_CRASHED}
         return Outcome(
             ComputationStatus.PENDING,

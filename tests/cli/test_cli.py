@@ -245,7 +245,12 @@ def test_worker_passes_its_arguments_through(monkeypatch, project):
 
     seen = {}
     fake = types.ModuleType("nw.jobs.worker")
-    fake.main = lambda argv: seen.setdefault("argv", argv) and 0
+
+    def main(argv):
+        seen["argv"] = argv
+        return 7  # a code only the worker can give: the CLI must pass it on
+
+    fake.main = main
     monkeypatch.setitem(sys.modules, "nw.jobs.worker", fake)
     # When the CLI runs it with every declared option and one it does not know
     code = cli.main(
@@ -263,8 +268,8 @@ def test_worker_passes_its_arguments_through(monkeypatch, project):
             "1",
         ]
     )
-    # Then the worker gets them all, in its own vocabulary
-    assert code == 0
+    # Then the worker gets them all, in its own vocabulary, and its exit code is ours
+    assert code == 7
     assert seen["argv"] == [
         "--project",
         "a",

@@ -26,6 +26,8 @@ def pg_url():
 @pytest.fixture
 def fresh_db(pg_url):
     """The URL of a new, empty database (dropped afterwards)."""
+    from nw.jobs.runtime import shutdown_runtimes
+    from nw.jobs.stores import close_shared_stores
     from nw.jobs.stores.postgres import close_pools
 
     name = f"nw_jobs_t_{uuid.uuid4().hex[:12]}"
@@ -33,6 +35,10 @@ def fresh_db(pg_url):
         conn.execute(f"CREATE DATABASE {name}")
     base, _, _ = pg_url.rpartition("/")
     yield f"{base}/{name}"
+    # Stop whatever still uses the database before dropping it: a runtime's beat
+    # would otherwise retry against a vanished database until it gives up.
+    shutdown_runtimes(wait=True)
+    close_shared_stores()
     close_pools()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

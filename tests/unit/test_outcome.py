@@ -154,14 +154,10 @@ LAST_BEAT = NOW - 100.0
 
 def test_a_lost_worker_with_attempts_left_says_which_attempt_comes_next():
     out = decide(
-        Ending(Ended.LOST, LAST_BEAT),
-        rec(attempt=1),
-        RETRY3,
-        now=NOW,
-        cancel_requested=False,
+        Ending(Ended.LOST, LAST_BEAT), rec(attempt=1), RETRY3, now=NOW, cancel_requested=False,
         rand=lambda: 0,
-    )
-    assert out.requeued and out.due_at == NOW + 1.0  # backoff from the reap, not the beat
+    )  # fmt: skip
+    assert out.requeued and out.due_at == NOW  # no backoff: the loss says nothing of the job
     assert out.fields["error"] == "worker lost; retrying as attempt 2"
     assert out.fields["error_kind"] == "crashed"
 
@@ -183,9 +179,8 @@ def test_a_lost_worker_without_a_retry_fails_at_its_last_sign_of_life(policy, at
 
 
 def test_a_job_queued_by_a_process_that_is_gone_fails_saying_it_never_ran():
-    out = decide(
-        Ending(Ended.ORPHANED, NOW - 5), rec(attempt=0), RETRY3, now=NOW, cancel_requested=False
-    )
+    out = decide(Ending(Ended.ORPHANED, NOW - 5), rec(attempt=0), RETRY3, now=NOW,
+                 cancel_requested=False)  # fmt: skip
     assert out.au_status is ComputationStatus.FAILED and not out.requeued
     assert out.fields["error"].startswith(f"{REAPED_REASON} before it started")
 

@@ -51,6 +51,14 @@ function etaOf(job) {
   return [`~${duration(job.eta_s)} left`, conf];
 }
 
+// The server's liveness predicate says this live job's worker is dead: it will be
+// requeued or failed in a moment (cli_render.state_text says the same).
+const WORKER_LOST = "worker lost";
+function stateOf(job) {
+  const live = job.status === "running" || job.status === "cancelling";
+  return live && job.worker_responsive === false ? WORKER_LOST : job.status;
+}
+
 function stageOf(job) {
   const p = job.progress || {};
   const parts = [];
@@ -118,9 +126,10 @@ function updateCard(card, job) {
   q(".label").title = job.label || job.kind;
   q(".kind").textContent = job.kind;
   const status = q(".status");
-  status.textContent = job.status;
-  status.dataset.status = job.status;
-  card.dataset.status = job.status;
+  const state = stateOf(job);
+  status.textContent = state;
+  status.dataset.status = state === WORKER_LOST ? "lost" : job.status;
+  card.dataset.status = status.dataset.status;
   const button = q("button.cancel");
   if (job.status === "cancelling") {
     button.disabled = true;
