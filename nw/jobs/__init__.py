@@ -3,6 +3,7 @@
 The public surface is exactly ``__all__`` (pinned by a test).
 """
 
+from nw.jobs.console import prune, retry_job, retry_jobs, totals, workers
 from nw.jobs.errors import (
     BudgetExceeded,
     ConfigError,
@@ -93,10 +94,15 @@ __all__ = [
     "list_jobs",
     "list_limits",
     "predict_total_s",
+    "prune",
     "register_kind",
+    "retry_job",
+    "retry_jobs",
     "set_limit",
     "snapshot",
     "spend",
     "summarize",
     "to_dict",
+    "totals",
+    "workers",
 ]

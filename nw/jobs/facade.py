@@ -341,20 +341,36 @@ def list_jobs(
     status: str | Status | None = None,
     limit: int = 50,
     actor: str | None = None,
+    kind: str | None = None,
+    grade: str | None = None,
+    q: str | None = None,
+    before: str | tuple[float, str] | None = None,
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> list[Job]:
-    """This project's jobs, newest first, optionally by status and actor."""
+    """This project's jobs, newest first (ties by id), optionally by status,
+    kind, actor and grade, and by ``q``, a case-insensitive substring of the
+    label. ``before`` is a job id (a cursor): only jobs older than it follow,
+    so passing the last id of a page walks the whole history, ``limit`` at a
+    time. Raises ``InvalidValue`` for a bad filter, or a ``before`` that names
+    no job of the project."""
     status = _check_status(status)
     limit = _check_limit(limit)
+    grade = _check_grade(grade)
+    kind, actor, q = (
+        _check_text(v, name) for v, name in ((kind, "kind"), (actor, "actor"), (q, "q"))
+    )
     store, rt = _reader(as_project(project), config)
     if store is None:
         return []
+    cursor = _cursor(store, before)
     # A read that reaps moves jobs out of the status asked for (running -> queued
     # or failed): read the page again until it holds only that status, so a page
     # neither lies nor comes back short. Each round reaps what it found, so the
     # rounds are few; the bound only guards against a store that keeps changing.
     for _ in range(_REREADS):
-        rows = store.page(status=status, actor_id=actor, limit=limit)
+        rows = store.page(
+            status=status, actor_id=actor, kind=kind, grade=grade, q=q, before=cursor, limit=limit
+        )
         workers = _workers_for(store, rows)
         held = _waits(store, rows, config)
         page = [
@@ -620,6 +636,50 @@ def _check_not_before(when: Any) -> float | None:
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise InvalidType(f"not_before must be epoch seconds or a datetime, not {when!r}")
     return float(when)
+
+
+GRADES = ("ok", "notice", "warning", "error")
+
+
+def _check_grade(grade: str | None) -> str | None:
+    if grade is None or grade in GRADES:
+        return grade
+    raise InvalidValue(f"unknown grade {grade!r}; one of: {', '.join(GRADES)}")
+
+
+def _check_text(value: str | None, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidType(f"{name} must be a string, not {type(value).__name__}")
+    return value or None
+
+
+def cursor_of(
+    project: ProjectLike, job_id: str, *, config: JobsConfig = DEFAULT_CONFIG
+) -> tuple[float, str] | None:
+    """The ``(created_at, job_id)`` cursor of a job of ``project`` (None if it has
+    no such job): what a page merged across projects continues after in each."""
+    if not _could_name_a_job(job_id):
+        return None
+    store, _ = _reader(as_project(project), config)
+    row = store.get(job_id) if store is not None else None
+    return None if row is None else (float(row.record["created_at"]), job_id)
+
+
+def _cursor(store: JobStore, before: str | tuple[float, str] | None) -> tuple[float, str] | None:
+    """The ``(created_at, job_id)`` a page continues after: ``before`` is a job id
+    of this project, or the cursor of one of another (see ``cursor_of``)."""
+    if before is None:
+        return None
+    if isinstance(before, tuple):
+        return float(before[0]), str(before[1])
+    if not _could_name_a_job(before):
+        raise InvalidValue(f"before must be a job id (64 hex characters), got {before!r}")
+    row = store.get(before)
+    if row is None:
+        raise InvalidValue(f"before: no job {before} in this project (pruned, or never there)")
+    return float(row.record["created_at"]), before
 
 
 def _check_limit(limit: int) -> int:

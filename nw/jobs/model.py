@@ -247,6 +247,11 @@ class Job:
     grade: str | None = None
     """``ok`` | ``notice`` | ``warning`` | ``error`` once finished; None while live."""
     actor: dict[str, str] | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """Every attempt of this run, oldest first: ``attempt``, ``runner_id``,
+    ``host``, ``pid``, ``started_at``, ``ended_at``, ``ended`` (succeeded,
+    failed, cancelled, requeued, worker lost, stopped; None while it runs),
+    ``error``."""
     priority: int = 0
     limit_key: str | None = None
     """The key the job counts against (its kind's ``limit_key``); None: no key."""

@@ -144,7 +144,12 @@ class Runtime:
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
-        me = {"role": role, **procs.this_process(), **(info or {})}
+        me = {
+            "role": role,
+            **procs.this_process(),
+            "slots": config.max_concurrent,
+            **(info or {}),
+        }
         store.register_runner(self.runner_id, me, now=config.clock())
         if role != RUNNER_INPROC:  # a worker beats from its start: readers judge its claims by it
             self._ensure_beater()

@@ -166,11 +166,14 @@ def test_usage_errors_exit_2(project):
 # ----- estimate / summarize / cancel / watch ---------------------------------------------------
 def test_estimate_json(project):
     params = json.dumps({"estimated_usd": 2.5})
-    result = nw_jobs("estimate", "x", "--params", params, "--project", str(project.root), "--json")
+    kind = ("t.noop", "--import", "tests.fixtures.bodies")
+    result = nw_jobs(
+        "estimate", *kind, "--params", params, "--project", str(project.root), "--json"
+    )
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
     assert body["estimated_usd"] == 2.5 and body["requires_approval"] is True
-    text = nw_jobs("estimate", "x", "--project", str(project.root))
+    text = nw_jobs("estimate", *kind, "--project", str(project.root))
     assert "unknown" in text.stdout and "requires approval" in text.stdout
 
 

@@ -41,12 +41,17 @@ EXPECTED = {
     "list_jobs",
     "list_limits",
     "predict_total_s",
+    "prune",
     "register_kind",
+    "retry_job",
+    "retry_jobs",
     "set_limit",
     "snapshot",
     "spend",
     "summarize",
     "to_dict",
+    "totals",
+    "workers",
 }
 
 
@@ -55,6 +60,7 @@ def test_all_is_exactly_the_public_surface():
     public = {n for n in dir(nw.jobs) if not n.startswith("_")}
     submodules = {
         "body",
+        "console",
         "costing",
         "credentials",
         "errors",

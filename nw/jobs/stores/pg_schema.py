@@ -50,8 +50,15 @@ def _schema_version(conn: psycopg.Connection, _retried: bool) -> int:
     ).fetchone()
     if not found or not found["found"]:
         return 0
-    got = conn.execute(f"SELECT max(version) AS version FROM {SCHEMA}.schema_migrations").fetchone()
-    return int(got["version"] or 0) if got else 0
+    # The version the schema is at: the last of an unbroken run from 1. Migrations
+    # were numbered by the branches that wrote them, so a database may have 3 and
+    # not 2 (it was migrated by a release without 2): it is at 1 until 2 is applied.
+    rows = conn.execute(f"SELECT version FROM {SCHEMA}.schema_migrations").fetchall()
+    applied = {int(r["version"]) for r in rows}
+    version = 0
+    while version + 1 in applied:
+        version += 1
+    return version
 
 
 def check_schema(db: Database) -> int:

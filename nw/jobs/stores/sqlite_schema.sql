@@ -1,4 +1,8 @@
--- nw.jobs embedded store, schema version 2 (SQLite, WAL mode).
+-- nw.jobs embedded store, schema version 4 (SQLite, WAL mode). Every statement
+-- is idempotent (IF NOT EXISTS): a file at an older version is upgraded by
+-- adding the columns it lacks (sqlite_upgrades.sql) and running the whole file
+-- again. Versions: 1 the first; 3 the console's (kind and finished indexes,
+-- spend_rollup); 4 adds limits, priorities and fair share (2 was that alone).
 -- jobs:   the index (membership authority); real columns for what is
 --         filtered, ordered or fenced, the rest of the record in `doc` (JSON).
 -- status: the au ComputationStore (single source of truth for run status);
@@ -9,7 +13,7 @@
 --         share); claims order by (priority DESC, actor_seq, created_at).
 -- limits: the project's limits by key (every worker of the project sees them);
 --         `starts` is the JSON array of the key's start times in the last second.
--- Version 1 files are upgraded in place (sqlite.py: the columns are added,
+-- Older files are upgraded in place (sqlite.py: the missing columns are added,
 -- then this file creates what is missing).
 CREATE TABLE IF NOT EXISTS jobs (
     job_id           TEXT PRIMARY KEY,
@@ -32,6 +36,11 @@ CREATE INDEX IF NOT EXISTS jobs_by_actor ON jobs (actor_id, created_at)
     WHERE actor_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (created_at)
     WHERE finished_at IS NULL;
+-- version 3: history pages of one kind; finished jobs by age (prune, totals),
+-- covering the duration histogram (kind, started_at) so it never reads a doc
+CREATE INDEX IF NOT EXISTS jobs_by_kind ON jobs (kind, created_at);
+CREATE INDEX IF NOT EXISTS jobs_by_finished ON jobs (finished_at, kind, started_at)
+    WHERE finished_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_limit_running ON jobs (limit_key)
     WHERE limit_key IS NOT NULL AND started_at IS NOT NULL AND finished_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_actor_seq ON jobs (coalesce(actor_id, ''), actor_seq)
@@ -77,6 +86,21 @@ CREATE TABLE IF NOT EXISTS runners (
     started_at REAL NOT NULL,
     beat_at    REAL NOT NULL
 );
+
+-- version 3: what pruned jobs carried, per UTC day (of finished_at), kind,
+-- actor ('' for none), status and grade: their spend (and whether it is a lower
+-- bound) and how many they were, so budgets, spend and totals survive a prune.
+CREATE TABLE IF NOT EXISTS spend_rollup (
+    day         TEXT    NOT NULL,
+    kind        TEXT    NOT NULL,
+    actor_id    TEXT    NOT NULL,
+    status      TEXT    NOT NULL,
+    grade       TEXT    NOT NULL,
+    jobs        INTEGER NOT NULL,
+    usd         REAL    NOT NULL,
+    lower_bound INTEGER NOT NULL,
+    PRIMARY KEY (day, kind, actor_id, status, grade)
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS limits (
     limit_key   TEXT PRIMARY KEY,

@@ -15,18 +15,7 @@ from starlette.routing import Route
 
 from nw.jobs import facade, kinds
 from nw.jobs.web import state, streams
-from nw.jobs.web.inputs import int_param, json_object
-
-
-def list_jobs(request: Request) -> JSONResponse:
-    limit = int_param(request, "limit", 50, low=1, high=1000)
-    status = request.query_params.get("status") or None
-    rows: list[dict[str, Any]] = []
-    for project in state.projects(request).pick(request.query_params.get("project")):
-        jobs = facade.list_jobs(project, status=status, limit=limit, config=state.config(request))
-        rows += [state.job_json(job, project) for job in jobs]
-    rows.sort(key=lambda r: r.get("created_at") or "", reverse=True)
-    return JSONResponse({"jobs": rows[:limit]})
+from nw.jobs.web.inputs import json_object
 
 
 def get_job(request: Request) -> JSONResponse:
@@ -105,7 +94,6 @@ async def job_events(request: Request) -> StreamingResponse:
 
 
 routes = [
-    Route("/api/jobs", list_jobs, methods=["GET"]),
     Route("/api/jobs", create_job, methods=["POST"]),
     Route("/api/jobs/{job_id}", get_job, methods=["GET"]),
     Route("/api/jobs/{job_id}/cancel", cancel_job, methods=["POST"]),
