@@ -320,18 +320,20 @@ def test_in_process_jobs_honour_limits_and_delays(project, cfg, tmp_path):
     assert first.started_at.timestamp() >= at
 
 
-def test_a_version_1_embedded_file_is_upgraded_in_place(tmp_path):
+@pytest.mark.parametrize("version", [1, 3])
+def test_an_older_embedded_file_is_upgraded_in_place(tmp_path, version):
     import json
     import sqlite3
     from pathlib import Path
 
     from nw.jobs.stores.sqlite import SqliteJobStore
 
-    # Given a file written by the schema-1 code, holding one claimable job
+    # Given a file written by the schema-1 (or the console's schema-3) code,
+    # holding one claimable job
     path = tmp_path / "jobs.sqlite3"
-    v1 = (Path(__file__).parents[1] / "fixtures" / "sqlite_schema_v1.sql").read_text()
+    old = Path(__file__).parents[1] / "fixtures" / f"sqlite_schema_v{version}.sql"
     conn = sqlite3.connect(path)
-    conn.executescript(v1)
+    conn.executescript(old.read_text())
     doc = {"params": {"i": 1}, "label": "old", "idempotency_key": "k", "max_attempts": 1}
     conn.execute(
         "INSERT INTO jobs (job_id, created_at, kind, attempt, cancel_requested, doc)"
@@ -343,16 +345,15 @@ def test_a_version_1_embedded_file_is_upgraded_in_place(tmp_path):
         " VALUES (?, 'pending', '1970-01-01T00:01:40+00:00', 0, 100.0)",
         ("a" * 64,),
     )
-    conn.execute("PRAGMA user_version = 1")
+    conn.execute(f"PRAGMA user_version = {version}")
     conn.commit()
     conn.close()
     # When this code opens it
     store = SqliteJobStore(path)
     try:
-        # Then it is at version 2, the old job is read and claimed as before,
+        # Then it is at version 4, the old job is read and claimed as before,
         # and limits work in it
-        version = store._conn.execute("PRAGMA user_version").fetchone()[0]
-        assert version == 2
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == 4
         assert store.get("a" * 64).record["label"] == "old"
         store.set_limit("k", max_running=1, per_second=None, now=200.0)
         assert [lim.key for lim in store.limits(now=200.0)] == ["k"]
