@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs import eta, ids, kinds, liveness, recovery
+from nw.jobs import eta, ids, kinds, limits, liveness, recovery
 from nw.jobs.costing import Quote, quote_for
 from nw.jobs.facade import ProjectLike, _could_name_a_job, _reader
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, Job, JobsConfig
@@ -168,19 +168,24 @@ def _new_run(
         actor=rec.get("actor") if isinstance(rec.get("actor"), Mapping) else None,
         retryable=retryable,
     )
+    # the new run counts against the same key at the same priority (not its delay)
+    key = limits.key_for(spec.limit_key, kind, params) if spec else rec.get("limit_key")
+    record.update(limit_key=key, priority=int(rec.get("priority") or 0))
     return record, quote
 
 
 def _create(
     store: JobStore, record: dict[str, Any], quote: Quote, *, approved: bool, config: JobsConfig
 ) -> Job:
-    job_id = record["job_id"]
+    job_id, who, now = record["job_id"], record.get("actor"), config.clock()
     quote.gate(store, approved=approved, config=config, job_id=job_id)
+    quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
     admit = None
-    if config.budget_usd is not None:
+    if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
         def admit() -> None:  # again inside the create, where enqueues serialise
             quote.gate(store, approved=approved, config=config, job_id=job_id)
+            quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
 
     # A concurrent retry that got there first is returned as it is (live).
     row, _ = store.create(record, claimable=True, admit=admit)

@@ -407,3 +407,12 @@ def test_in_process_jobs_start_by_priority(project, cfg, gate):
     gate.release.set()
     wait_until(lambda: len(order) == 3, what="the three waiting jobs")
     assert order == ["high", "mid", "low"]
+
+
+def test_a_retried_run_keeps_its_key_and_priority(project, cfg):
+    jobs.register_kind("t.keyed", "tests.fixtures.bodies:noop", limit_key="fal:{model}")
+    job = jobs.enqueue(project, "t.keyed", {"i": 1, "model": "kling"}, priority=3, config=cfg)
+    assert jobs.cancel_job(project, job.job_id, config=cfg).status == jobs.CANCELLED
+    again = jobs.retry_job(project, job.job_id, config=cfg)
+    assert again.status == jobs.QUEUED
+    assert again.limit_key == "fal:kling" and again.priority == 3
