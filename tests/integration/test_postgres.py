@@ -346,3 +346,18 @@ def test_a_finish_the_database_refuses_fails_alone_in_its_batch(pg_url):
         assert store.get(b).status.value == "running"
     finally:
         store.purge()
+
+
+def test_a_database_missing_a_migration_below_its_highest_is_behind(fresh_db):
+    from nw.jobs.stores.postgres import PostgresJobStore, migrate
+
+    # Given a database migrated by a release that shipped 0001 and 0003 but not 0002
+    migrate(fresh_db)
+    with psycopg.connect(fresh_db) as conn:
+        conn.execute("DROP TABLE nw_jobs.limits")
+        conn.execute("DELETE FROM nw_jobs.schema_migrations WHERE version = 2")
+    # Then a store refuses it until it is migrated, and migrate applies the gap
+    with pytest.raises(JobStoreError, match="nw-jobs db migrate"):
+        PostgresJobStore(fresh_db, "p1")
+    assert migrate(fresh_db) == ["0002_limits.sql"]
+    PostgresJobStore(fresh_db, "p1")

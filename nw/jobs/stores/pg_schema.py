@@ -55,6 +55,8 @@ def _schema_version(conn: psycopg.Connection, _retried: bool) -> int:
     # not 2 (it was migrated by a release without 2): it is at 1 until 2 is applied.
     rows = conn.execute(f"SELECT version FROM {SCHEMA}.schema_migrations").fetchall()
     applied = {int(r["version"]) for r in rows}
+    if max(applied, default=0) > LATEST_VERSION:
+        return max(applied)  # a newer release migrated it: refused as newer
     version = 0
     while version + 1 in applied:
         version += 1

@@ -8,21 +8,23 @@
 --   actor_seq rotates claims across actors.
 -- The due time of a job (`enqueue(not_before=...)`, a retry's backoff) is
 -- the existing `queue_at`: one mechanism for both.
+-- Written to apply on any schema from 0001 on (IF [NOT] EXISTS throughout):
+-- migrations were numbered per branch, so a database may get 0002 after 0003.
 ALTER TABLE nw_jobs.jobs
-    ADD COLUMN limit_key text,
-    ADD COLUMN priority  integer NOT NULL DEFAULT 0,
-    ADD COLUMN actor_seq bigint  NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS limit_key text,
+    ADD COLUMN IF NOT EXISTS priority  integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS actor_seq bigint  NOT NULL DEFAULT 0;
 
 -- claims: the claimable jobs in claim order (priority, then the actors' turns,
 -- then age); replaces jobs_queue, which ordered by due time.
-DROP INDEX nw_jobs.jobs_queue;
-CREATE INDEX jobs_claim ON nw_jobs.jobs
+DROP INDEX IF EXISTS nw_jobs.jobs_queue;
+CREATE INDEX IF NOT EXISTS jobs_claim ON nw_jobs.jobs
     (project_id, priority DESC, actor_seq, created_at, job_id) WHERE queue_at IS NOT NULL;
 -- the running jobs of a key, database-wide (a limit is shared by every project)
-CREATE INDEX jobs_limit_running ON nw_jobs.jobs (limit_key)
+CREATE INDEX IF NOT EXISTS jobs_limit_running ON nw_jobs.jobs (limit_key)
     WHERE limit_key IS NOT NULL AND started_at IS NOT NULL AND finished_at IS NULL;
 -- an actor's unfinished jobs by turn (the next actor_seq of that actor)
-CREATE INDEX jobs_actor_seq ON nw_jobs.jobs (project_id, coalesce(actor_id, ''), actor_seq)
+CREATE INDEX IF NOT EXISTS jobs_actor_seq ON nw_jobs.jobs (project_id, coalesce(actor_id, ''), actor_seq)
     WHERE finished_at IS NULL;
 
 -- limits: one row per key, database-wide (not per project: every project and
@@ -33,7 +35,7 @@ CREATE INDEX jobs_actor_seq ON nw_jobs.jobs (project_id, coalesce(actor_id, ''),
 -- the write they already make.
 -- `starts`: the start times of the key's last second (the sliding-window log
 -- of `per_second`), trimmed at every claim.
-CREATE TABLE nw_jobs.limits (
+CREATE TABLE IF NOT EXISTS nw_jobs.limits (
     limit_key   text PRIMARY KEY,
     max_running integer CHECK (max_running >= 0),
     per_second  integer CHECK (per_second >= 1),
