@@ -113,9 +113,13 @@ def test_an_embedded_store_of_an_older_schema_is_upgraded_and_read(tmp_path):
 
 
 def test_an_idle_worker_reads_live_and_a_killed_one_lost(project, cfg):
-    jobs.enqueue(project, "t.noop", {"i": 1}, config=cfg)  # the project has a store
+    job = jobs.enqueue(project, "t.noop", {"i": 1}, config=cfg)  # the project has a store
     worker = start_worker(project, database_url=cfg.database_url)
     try:
+        wait_until(  # idle: its one job done (else the kill may land while it runs it)
+            lambda: jobs.get_job(project, job.job_id, config=cfg).status == jobs.SUCCEEDED,
+            what="the worker's one job done",
+        )
         (seen,) = wait_until(
             lambda: [w for w in jobs.workers(project, config=cfg) if w["state"] == "live"],
             what="the worker live",
