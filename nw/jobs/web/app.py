@@ -23,8 +23,9 @@ from starlette.middleware import Middleware
 
 from nw.errors import InvalidSetting
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
-from nw.jobs.web import routes_jobs, routes_summary, routes_tray
+from nw.jobs.web import routes_jobs, routes_summary, routes_tray, streams
 from nw.jobs.web.errors import HANDLERS
+from nw.jobs.web.page_cache import PageCache
 from nw.jobs.web.security import LOOPBACK_HOSTS, BearerAuth, BodyLimit, HostGuard
 from nw.jobs.web.state import Projects
 from nw.project import Project
@@ -76,4 +77,8 @@ def create_app(
     # Set when the server stops: open event streams end at their next poll
     # instead of holding the shutdown until they are cancelled.
     app.state.closing = threading.Event()
+    # One poller per watched value, whatever the number of open streams.
+    app.state.feeds = streams.Feeds(poll_interval_s, app.state.closing)
+    app.state.marks = streams.Marks(config)
+    app.state.page_cache = PageCache(app.state.marks, live_ttl_s=poll_interval_s)
     return app

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from nw.jobs import facade, kinds
@@ -18,15 +18,23 @@ from nw.jobs.web import state, streams
 from nw.jobs.web.inputs import int_param, json_object
 
 
-def list_jobs(request: Request) -> JSONResponse:
+def list_jobs(request: Request) -> Response:
     limit = int_param(request, "limit", 50, low=1, high=1000)
     status = request.query_params.get("status") or None
-    rows: list[dict[str, Any]] = []
-    for project in state.projects(request).pick(request.query_params.get("project")):
-        jobs = facade.list_jobs(project, status=status, limit=limit, config=state.config(request))
-        rows += [state.job_json(job, project) for job in jobs]
-    rows.sort(key=lambda r: r.get("created_at") or "", reverse=True)
-    return JSONResponse({"jobs": rows[:limit]})
+    picked = state.projects(request).pick(request.query_params.get("project"))
+    config = state.config(request)
+
+    def build() -> dict[str, Any]:
+        rows: list[dict[str, Any]] = []
+        for project in picked:
+            jobs = facade.list_jobs(project, status=status, limit=limit, config=config)
+            rows += [state.job_json(job, project) for job in jobs]
+        rows.sort(key=lambda r: r.get("created_at") or "", reverse=True)
+        return {"jobs": rows[:limit]}
+
+    # Pollers asking for the same page share one read until a job is written.
+    key = ("jobs", tuple(sorted(request.query_params.multi_items())))
+    return request.app.state.page_cache.answer(key, picked, build)
 
 
 def get_job(request: Request) -> JSONResponse:
@@ -92,16 +100,24 @@ def _enqueue_request(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 async def job_events(request: Request) -> StreamingResponse:
-    """The job's ``to_dict`` on each change, until it ends."""
+    """The job's ``to_dict`` on each change, until it ends (one reader per job,
+    however many pages watch it)."""
     job_id = request.path_params["job_id"]
-    project, first = await run_in_threadpool(state.found_job, request, job_id)
+    project, _ = await run_in_threadpool(state.found_job, request, job_id)
     config = state.config(request)
 
     def read() -> streams.Data:
         job = facade.get_job(project, job_id, config=config)
         return None if job is None else state.job_json(job, project)
 
-    return streams.follow(request, state.job_json(first, project), read, streams.job_ended)
+    return streams.follow(
+        request,
+        ("job", job_id),
+        read,
+        [project],
+        ticking=streams.job_running,
+        done=streams.job_ended,
+    )
 
 
 routes = [
