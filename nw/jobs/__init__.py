@@ -3,6 +3,7 @@
 The public surface is exactly ``__all__`` (pinned by a test).
 """
 
+from nw.jobs.console import prune, retry_job, retry_jobs, totals, workers
 from nw.jobs.errors import (
     BudgetExceeded,
     ConfigError,
@@ -90,9 +91,14 @@ __all__ = [
     "get_job_progress",
     "list_jobs",
     "predict_total_s",
+    "prune",
     "register_kind",
+    "retry_job",
+    "retry_jobs",
     "snapshot",
     "spend",
     "summarize",
     "to_dict",
+    "totals",
+    "workers",
 ]

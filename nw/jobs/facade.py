@@ -257,15 +257,31 @@ def list_jobs(
     status: str | Status | None = None,
     limit: int = 50,
     actor: str | None = None,
+    kind: str | None = None,
+    grade: str | None = None,
+    q: str | None = None,
+    before: str | tuple[float, str] | None = None,
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> list[Job]:
-    """This project's jobs, newest first, optionally by status and actor."""
+    """This project's jobs, newest first (ties by id), optionally by status,
+    kind, actor and grade, and by ``q``, a case-insensitive substring of the
+    label. ``before`` is a job id (a cursor): only jobs older than it follow,
+    so passing the last id of a page walks the whole history, ``limit`` at a
+    time. Raises ``InvalidValue`` for a bad filter, or a ``before`` that names
+    no job of the project."""
     status = _check_status(status)
     limit = _check_limit(limit)
+    grade = _check_grade(grade)
+    kind, actor, q = (
+        _check_text(v, name) for v, name in ((kind, "kind"), (actor, "actor"), (q, "q"))
+    )
     store, rt = _reader(as_project(project), config)
     if store is None:
         return []
-    rows = store.page(status=status, actor_id=actor, limit=limit)
+    cursor = _cursor(store, before)
+    rows = store.page(
+        status=status, actor_id=actor, kind=kind, grade=grade, q=q, before=cursor, limit=limit
+    )
     # Queued in-process jobs are alive while their owner beats: read the beats once.
     beats = recovery.runner_beats(store) if any(map(recovery.owned_queued, rows)) else None
     return [_read(store, row, rt, config, beats) for row in rows]
@@ -428,6 +444,50 @@ def _check_status(status: str | Status | None) -> str | None:
     except ValueError:
         valid = ", ".join(s.value for s in Status)
         raise InvalidValue(f"unknown status {status!r}; one of: {valid}") from None
+
+
+GRADES = ("ok", "notice", "warning", "error")
+
+
+def _check_grade(grade: str | None) -> str | None:
+    if grade is None or grade in GRADES:
+        return grade
+    raise InvalidValue(f"unknown grade {grade!r}; one of: {', '.join(GRADES)}")
+
+
+def _check_text(value: str | None, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidType(f"{name} must be a string, not {type(value).__name__}")
+    return value or None
+
+
+def cursor_of(
+    project: ProjectLike, job_id: str, *, config: JobsConfig = DEFAULT_CONFIG
+) -> tuple[float, str] | None:
+    """The ``(created_at, job_id)`` cursor of a job of ``project`` (None if it has
+    no such job): what a page merged across projects continues after in each."""
+    if not _could_name_a_job(job_id):
+        return None
+    store, _ = _reader(as_project(project), config)
+    row = store.get(job_id) if store is not None else None
+    return None if row is None else (float(row.record["created_at"]), job_id)
+
+
+def _cursor(store: JobStore, before: str | tuple[float, str] | None) -> tuple[float, str] | None:
+    """The ``(created_at, job_id)`` a page continues after: ``before`` is a job id
+    of this project, or the cursor of one of another (see ``cursor_of``)."""
+    if before is None:
+        return None
+    if isinstance(before, tuple):
+        return float(before[0]), str(before[1])
+    if not _could_name_a_job(before):
+        raise InvalidValue(f"before must be a job id (64 hex characters), got {before!r}")
+    row = store.get(before)
+    if row is None:
+        raise InvalidValue(f"before: no job {before} in this project (pruned, or never there)")
+    return float(row.record["created_at"]), before
 
 
 def _check_limit(limit: int) -> int:

@@ -230,6 +230,11 @@ class Job:
     grade: str | None = None
     """``ok`` | ``notice`` | ``warning`` | ``error`` once finished; None while live."""
     actor: dict[str, str] | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """Every attempt of this run, oldest first: ``attempt``, ``runner_id``,
+    ``host``, ``pid``, ``started_at``, ``ended_at``, ``ended`` (succeeded,
+    failed, cancelled, requeued, worker lost, stopped; None while it runs),
+    ``error``."""
 
     @property
     def is_terminal(self) -> bool:

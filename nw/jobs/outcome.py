@@ -28,6 +28,7 @@ attempt budget, exponential backoff with jitter, only some endings retried):
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -132,7 +133,62 @@ def decide(
     cancel_requested: bool,
     rand: Callable[[], float] = random.random,
 ) -> Outcome:
-    """The job's next state after ``ending`` (pure; ``rand`` is the jitter source)."""
+    """The job's next state after ``ending`` (pure; ``rand`` is the jitter source),
+    with the attempt's entry in the record's ``attempts`` closed (how and when it
+    ended, and its error)."""
+    decided = _decide(ending, record, policy, now=now, cancel_requested=cancel_requested, rand=rand)
+    closed = closed_attempts(
+        record,
+        ended=_ended_word(ending, decided, cancel_requested),
+        at=ending.at,
+        error=decided.fields.get("error") or decided.error,
+    )
+    if not closed:
+        return decided
+    return dataclasses.replace(decided, fields={**decided.fields, **closed})
+
+
+def _ended_word(ending: Ending, decided: Outcome, cancel_requested: bool) -> str:
+    """Why the attempt ended, in the words of ``Job.attempts``."""
+    if ending.how is Ended.LOST:
+        return "worker lost"
+    if cancel_requested or decided.fields.get("error_kind") == ERROR_KIND_CANCELLED:
+        return "cancelled"
+    if ending.how is Ended.STOPPED and decided.requeued:
+        return "stopped"
+    if decided.requeued:
+        return "requeued"
+    if decided.au_status is ComputationStatus.COMPLETED:
+        return "succeeded"
+    return "failed"
+
+
+def closed_attempts(
+    record: Mapping[str, Any], *, ended: str, at: float, error: str | None
+) -> dict[str, Any]:
+    """``{"attempts": [...]}`` with the current attempt's entry (the claim
+    appended it; its lease is the record's ``attempt``) closed; ``{}`` when
+    there is no open entry for it (it never started, or an older record)."""
+    attempts = record.get("attempts")
+    if not isinstance(attempts, list) or not attempts:
+        return {}
+    last = attempts[-1]
+    if not isinstance(last, Mapping) or last.get("ended") is not None:
+        return {}
+    if last.get("lease") != record.get("attempt"):
+        return {}
+    return {"attempts": [*attempts[:-1], {**last, "ended": ended, "ended_at": at, "error": error}]}
+
+
+def _decide(
+    ending: Ending,
+    record: Mapping[str, Any],
+    policy: RetryPolicy,
+    *,
+    now: float,
+    cancel_requested: bool,
+    rand: Callable[[], float],
+) -> Outcome:
     how, kind = ending.how, ending.error_kind
     if cancel_requested:
         return _cancelled(ending)

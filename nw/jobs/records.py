@@ -124,6 +124,44 @@ def unreadable_record(job_id: str, why: str) -> dict[str, Any]:
     }
 
 
+def outcome_of(row: JobRow) -> tuple[str | None, str | None, str | None]:
+    """(error, error_kind, grade) as a job reads (the rule ``to_job`` applies;
+    the stores' grade filter mirrors it)."""
+    status = row.status
+    error = row.record.get("error") or row.error
+    error_kind = row.record.get("error_kind")
+    if status.value == "succeeded":
+        error, error_kind = None, None
+    error, error_kind = cancelled_error(status, error, error_kind)
+    return error, error_kind, grade(status, error=error, error_kind=error_kind, result=row.result)
+
+
+def attempts_of(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's attempts as the contract shows them (oldest first)."""
+    out = []
+    for entry in record.get("attempts") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        pid = entry.get("pid")
+        out.append(
+            {
+                "attempt": int(entry.get("attempt") or 0),
+                "runner_id": entry.get("runner_id"),
+                "host": entry.get("host"),
+                "pid": int(pid) if isinstance(pid, (int, float)) else None,
+                "started_at": _iso(entry.get("started_at")),
+                "ended_at": _iso(entry.get("ended_at")),
+                "ended": entry.get("ended"),
+                "error": entry.get("error"),
+            }
+        )
+    return out
+
+
+def _iso(ts: Any) -> str | None:
+    return None if not isinstance(ts, (int, float)) else _dt(ts).isoformat()
+
+
 def _dt(ts: Any) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
 
@@ -150,11 +188,7 @@ def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
         label_hint = OVERDUE_HINT
     eta_ts = _dt(now + view.eta_s) if (view.eta_s is not None and live) else None
     result = row.result
-    error = rec.get("error") or row.error
-    error_kind = rec.get("error_kind")
-    if status.value == "succeeded":
-        error, error_kind = None, None
-    error, error_kind = cancelled_error(status, error, error_kind)
+    error, error_kind, graded = outcome_of(row)
     return Job(
         job_id=rec["job_id"],
         kind=rec.get("kind", "unknown"),
@@ -199,8 +233,9 @@ def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
         last_event_id=rec.get("last_event_id"),
         attempt=attempt_in_run(rec),
         max_attempts=int(rec.get("max_attempts") or 1),
-        grade=grade(status, error=error, error_kind=error_kind, result=result),
+        grade=graded,
         actor=rec.get("actor"),
+        attempts=attempts_of(rec),
     )
 
 

@@ -117,7 +117,13 @@ class Runtime:
         self._beater: threading.Thread | None = None
         store.register_runner(
             self.runner_id,
-            {"role": role, "host": socket.gethostname(), "pid": os.getpid(), **(info or {})},
+            {
+                "role": role,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "slots": config.max_concurrent,
+                **(info or {}),
+            },
             now=config.clock(),
         )
 

@@ -99,7 +99,7 @@ class Worker:
                 config,
                 role=RUNNER_WORKER,
                 runner_id=self.runner_id,
-                info={"wake": self._listener.address, "kinds": self._kinds},
+                info={"wake": self._listener.address, "kinds": self.kinds()},
                 on_release=self._released,
             )
             self.runtimes.append(rt)
@@ -201,6 +201,9 @@ class Worker:
                         "finished_at": self.config.clock(),
                         "error": message,
                         "error_kind": "crashed",
+                        **outcome.closed_attempts(
+                            row.record, ended="failed", at=self.config.clock(), error=message
+                        ),
                     },
                     attempt=row.record.get("attempt"),
                 )

@@ -40,11 +40,16 @@ EXPECTED = {
     "get_job_progress",
     "list_jobs",
     "predict_total_s",
+    "prune",
     "register_kind",
+    "retry_job",
+    "retry_jobs",
     "snapshot",
     "spend",
     "summarize",
     "to_dict",
+    "totals",
+    "workers",
 }
 
 
@@ -53,6 +58,7 @@ def test_all_is_exactly_the_public_surface():
     public = {n for n in dir(nw.jobs) if not n.startswith("_")}
     submodules = {
         "body",
+        "console",
         "costing",
         "credentials",
         "errors",

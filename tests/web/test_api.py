@@ -95,7 +95,7 @@ def test_list_is_empty_for_a_project_that_never_ran_a_job(client):
     # Given a fresh project / When listing / Then no jobs and nothing broke
     response = client.get("/api/jobs")
     assert response.status_code == 200
-    assert response.json() == {"jobs": []}
+    assert response.json() == {"jobs": [], "next": None}
 
 
 def test_list_shows_jobs_with_their_project_and_filters(client, project, done_job):
@@ -104,7 +104,7 @@ def test_list_shows_jobs_with_their_project_and_filters(client, project, done_jo
     assert [j["job_id"] for j in jobs] == [done_job.job_id]
     assert jobs[0]["project"] == str(project.root)
     assert jobs[0]["status"] == "succeeded"
-    assert client.get("/api/jobs?status=queued").json() == {"jobs": []}
+    assert client.get("/api/jobs?status=queued").json() == {"jobs": [], "next": None}
     assert len(client.get("/api/jobs?status=succeeded&limit=1").json()["jobs"]) == 1
     assert client.get(f"/api/jobs?project={project.root.name}").json()["jobs"]
 
@@ -251,7 +251,7 @@ def test_the_cost_gate_refuses_with_402_and_writes_nothing(project, registered_k
     assert response.json()["needs_approval"] is False
     unknown = client.post("/api/jobs", json={"kind": registered_kind, "params": {}})
     assert unknown.status_code == 402 and unknown.json()["needs_approval"] is True
-    assert client.get("/api/jobs").json() == {"jobs": []}
+    assert client.get("/api/jobs").json() == {"jobs": [], "next": None}
     approved = {"kind": registered_kind, "params": {}, "approved": True}
     assert client.post("/api/jobs", json=approved).status_code == 202
 

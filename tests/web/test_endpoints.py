@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from nw.jobs import enqueue, get_job
-from nw.jobs.web import routes_jobs, routes_summary, routes_tray
+from nw.jobs.web import routes_console, routes_jobs, routes_summary, routes_tray
 from nw.jobs.web.page_cache import PageCache
 from nw.jobs.web.state import Projects
 from nw.jobs.web.streams import Feeds, Marks
@@ -76,9 +76,9 @@ def test_get_job_alone_is_404_for_an_unknown_id(project, cfg):
 
 
 def test_list_jobs_alone_reads_its_query(project, cfg):
-    assert body(routes_jobs.list_jobs(request_to(project, cfg))) == {"jobs": []}
+    assert body(routes_console.list_jobs(request_to(project, cfg))) == {"jobs": [], "next": None}
     with pytest.raises(HTTPException, match="limit must be from 1 to 1000"):
-        routes_jobs.list_jobs(request_to(project, cfg, query={"limit": "0"}))
+        routes_console.list_jobs(request_to(project, cfg, query={"limit": "0"}))
 
 
 def test_summary_alone_names_the_served_projects(project, cfg):

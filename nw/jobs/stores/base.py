@@ -57,9 +57,21 @@ class JobStore(ABC):
 
     @abstractmethod
     def page(
-        self, *, status: str | None = None, actor_id: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        actor_id: str | None = None,
+        kind: str | None = None,
+        grade: str | None = None,
+        q: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 50,
     ) -> list[JobRow]:
-        """Newest first; ``status`` is the normalized job status."""
+        """Newest first (ties by id); ``status`` is the normalized job status,
+        ``grade`` the outcome grade (both as ``records.to_job`` reads them),
+        ``q`` a case-insensitive substring of the label; ``before`` is the
+        cursor ``(created_at, job_id)`` of the job a previous page ended at:
+        only older jobs follow. Every filter walks an index."""
 
     @abstractmethod
     def live(self) -> list[JobRow]:
@@ -183,6 +195,29 @@ class JobStore(ABC):
         ``live_unknown`` (unfinished jobs with no estimate), ``lower_bound``
         (True when any job that started and finished has an actual that is a
         lower bound or was never reported; a job that never started spent nothing)."""
+
+    # ----- history: prune, totals, metrics ------------------------------------
+    @abstractmethod
+    def prune(self, *, cutoff: float, batch: int = 500) -> int:
+        """Delete the jobs that finished before ``cutoff`` (record, status entry,
+        trail), folding what they spent and how they ended into the per-day
+        rollup in the same transaction, so ``spend`` and the totals do not
+        change; returns how many were deleted."""
+
+    @abstractmethod
+    def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
+        """Spend of the jobs finished since ``since`` (rollup included):
+        ``{kind, actor_id ('' for none), today (finished since today), usd,
+        lower_bound}`` rows."""
+
+    @abstractmethod
+    def counts(self) -> list[dict[str, Any]]:
+        """``{state, grade, n}``: how many jobs by status and grade (pruned ones included)."""
+
+    @abstractmethod
+    def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
+        """Per kind, the finished jobs that ran: ``{count, seconds, buckets: {le: n}}``
+        with ``buckets`` cumulative over ``bounds``."""
 
     # ----- waking idle workers --------------------------------------------------
     @abstractmethod
@@ -316,3 +351,37 @@ def split_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
 def actor_id_of(record: Mapping[str, Any]) -> str | None:
     actor = record.get("actor")
     return str(actor["id"]) if isinstance(actor, Mapping) and actor.get("id") else None
+
+
+def rollup_rows(rows: Iterable[JobRow]) -> list[dict[str, Any]]:
+    """What pruned jobs carried, folded per UTC day, kind, actor, status and grade
+    (what a store adds to its rollup before it deletes them)."""
+    from nw.jobs.records import outcome_of
+
+    out: dict[tuple[str, ...], dict[str, Any]] = {}
+    for row in rows:
+        rec = row.record
+        day = datetime.fromtimestamp(float(rec["finished_at"]), tz=UTC).date().isoformat()
+        grade = outcome_of(row)[2] or ""
+        key = (day, str(rec.get("kind")), actor_id_of(rec) or "", row.status.value, grade)
+        spent = sum(
+            float(v)
+            for v in (rec.get(k) for k in ("prior_actual_usd", "earlier_runs_usd", "actual_usd"))
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        )
+        lower = rec.get("started_at") is not None and rec.get("actual_is_lower_bound") not in (
+            False,
+        )
+        got = out.setdefault(
+            key,
+            dict(zip(("day", "kind", "actor_id", "status", "grade"), key, strict=True))
+            | {"jobs": 0, "usd": 0.0, "lower_bound": False},
+        )
+        got["jobs"] += 1
+        got["usd"] += spent
+        got["lower_bound"] = got["lower_bound"] or lower
+    return list(out.values())
+
+
+def utc_day(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).date().isoformat()

@@ -63,7 +63,15 @@ from psycopg.types.json import Jsonb
 from nw.canonical import stored_json
 from nw.jobs.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.records import JobRow
-from nw.jobs.stores.base import COLUMNS, JobStore, actor_id_of, carry_over, split_record
+from nw.jobs.stores.base import (
+    COLUMNS,
+    JobStore,
+    actor_id_of,
+    carry_over,
+    rollup_rows,
+    split_record,
+    utc_day,
+)
 from nw.jobs.stores.group_commit import GroupCommit
 from nw.jobs.stores.pg_database import Database, RetryNow, transaction
 from nw.jobs.stores.pg_listen import PgWakeListener
@@ -207,14 +215,34 @@ class PostgresJobStore(JobStore):
         return self._row(rows[0]) if rows else None
 
     def page(
-        self, *, status: str | None = None, actor_id: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        actor_id: str | None = None,
+        kind: str | None = None,
+        grade: str | None = None,
+        q: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 50,
     ) -> list[JobRow]:
-        # One statement per filter combination: each walks its own index.
-        query = "page" + ("_by_state" if status is not None else "")
-        query += ("_and_actor" if status is not None else "_by_actor") if actor_id else ""
+        # The index to walk: the actor's, the kind's, the status's, else newest first.
+        query = (
+            "page_by_actor"
+            if actor_id
+            else "page_by_kind"
+            if kind
+            else "page_by_state"
+            if status
+            else "page"
+        )
         args = {
             "state": None if status is None else str(status),
             "actor_id": actor_id,
+            "kind": kind,
+            "grade": grade,
+            "q": q,
+            "before_at": None if before is None else float(before[0]),
+            "before_id": None if before is None else before[1],
             "limit": int(limit),
         }
         return [self._row(r) for r in self._read("page", args, query)]
@@ -526,12 +554,63 @@ class PostgresJobStore(JobStore):
 
     def spend(self) -> dict[str, Any]:
         r = self._read("spend", {})[0]
+        pruned = self._read("rollup_spend", {})[0]
         return {
-            "actual_usd": float(r["actual_usd"]),
+            "actual_usd": float(r["actual_usd"]) + float(pruned["usd"]),
             "live_estimated_usd": float(r["live_estimated_usd"]),
             "live_unknown": int(r["live_unknown"]),
-            "lower_bound": bool(r["lower_bound"]),
+            "lower_bound": bool(r["lower_bound"]) or bool(pruned["lower_bound"]),
         }
+
+    # ----- history: prune, totals, metrics -------------------------------------------
+    def prune(self, *, cutoff: float, batch: int = 500) -> int:
+        deleted = 0
+        while True:
+
+            def op(conn: psycopg.Connection, _retried: bool) -> int:
+                with conn.transaction():  # rollup and deletes of one batch together
+                    found = conn.execute(
+                        Q["finished_before"],
+                        self._params({"cutoff": float(cutoff), "limit": int(batch)}),
+                    ).fetchall()
+                    if not found:
+                        return 0
+                    rows = [self._row(r) for r in found]
+                    args = {
+                        "rollup": _jsonb(rollup_rows(rows)),
+                        "job_ids": [row.record["job_id"] for row in rows],
+                    }
+                    conn.execute(Q["prune_rows"], self._params(args))
+                    return len(rows)
+
+            done = self._write("prune", op)
+            deleted += done
+            if done < batch:
+                return deleted
+
+    def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
+        args = {
+            "since": since,
+            "today": today,
+            "since_day": utc_day(since),
+            "today_day": utc_day(today),
+        }
+        return [
+            {**r, "usd": float(r["usd"] or 0.0), "lower_bound": bool(r["lower_bound"])}
+            for r in self._read("spend_since", args)
+        ]
+
+    def counts(self) -> list[dict[str, Any]]:
+        return [{**r, "n": int(r["n"])} for r in self._read("counts", {})]
+
+    def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for r in self._read("durations", {"bounds": [float(b) for b in bounds]}):
+            got = out.setdefault(
+                r["kind"], {"count": int(r["n"]), "seconds": float(r["seconds"]), "buckets": {}}
+            )
+            got["buckets"][float(r["le"])] = int(r["le_n"])
+        return out
 
     # ----- waking idle workers -------------------------------------------------------
     def wake_listener(self, runner_id: str) -> PgWakeListener:

@@ -38,14 +38,18 @@ from nw.jobs.stores.base import (
     JobStore,
     actor_id_of,
     carry_over,
+    rollup_rows,
     split_record,
+    utc_day,
     utc_iso,
 )
 from nw.jobs.stores.sql import load_queries
 from nw.jobs.wake import WakeListener, wake_runners
 
 DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
+#: The version that added the prune rollup (an older file read read-only has none).
+ROLLUP_VERSION = 3
 Q = load_queries("sqlite_queries.sql")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The columns the ``patch`` statement sets by flag; the indexed ones have a
@@ -202,13 +206,30 @@ class SqliteJobStore(JobStore):
             return self._get(c, job_id)
 
     def page(
-        self, *, status: str | None = None, actor_id: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        actor_id: str | None = None,
+        kind: str | None = None,
+        grade: str | None = None,
+        q: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 50,
     ) -> list[JobRow]:
-        query = "page" + ("_by_state" if status is not None else "")
-        query += ("_and_actor" if status is not None else "_by_actor") if actor_id else ""
-        args = {"state": None if status is None else str(status), "actor_id": actor_id}
+        # The index to walk: the actor's, the kind's, else the newest-first one.
+        query = "page_by_actor" if actor_id else "page_by_kind" if kind else "page"
+        args = {
+            "state": None if status is None else str(status),
+            "actor_id": actor_id,
+            "kind": kind,
+            "grade": grade,
+            "q": q,
+            "before_at": None if before is None else float(before[0]),
+            "before_id": None if before is None else before[1],
+            "limit": int(limit),
+        }
         with self._cursor() as c:
-            rows = c.execute(Q[query], {**args, "limit": int(limit)}).fetchall()
+            rows = c.execute(Q[query], args).fetchall()
         return [self._row(r) for r in rows]
 
     def live(self) -> list[JobRow]:
@@ -504,12 +525,74 @@ class SqliteJobStore(JobStore):
     def spend(self) -> dict[str, Any]:
         with self._cursor() as c:
             r = c.execute(Q["spend"]).fetchone()
+            pruned = c.execute(Q["rollup_spend"]).fetchone() if self._has_rollup(c) else None
         return {
-            "actual_usd": float(r["actual_usd"]),
+            "actual_usd": float(r["actual_usd"]) + (float(pruned["usd"]) if pruned else 0.0),
             "live_estimated_usd": float(r["live_estimated_usd"]),
             "live_unknown": int(r["live_unknown"]),
-            "lower_bound": bool(r["lower_bound"]),
+            "lower_bound": bool(r["lower_bound"]) or bool(pruned and pruned["lower_bound"]),
         }
+
+    def _has_rollup(self, c: sqlite3.Connection) -> bool:
+        """A writable handle upgraded the file; a read-only one may read an older file."""
+        if not self.read_only:
+            return True
+        return c.execute("PRAGMA user_version").fetchone()[0] >= ROLLUP_VERSION
+
+    # ----- history: prune, totals, metrics ------------------------------------------
+    def prune(self, *, cutoff: float, batch: int = 500) -> int:
+        deleted = 0
+        while True:
+            with self._cursor(write=True) as c:  # one batch, rollup and deletes together
+                found = c.execute(
+                    Q["finished_before"], {"cutoff": float(cutoff), "limit": int(batch)}
+                ).fetchall()
+                rows = [self._row(r) for r in found]
+                c.executemany(
+                    Q["add_rollup"],
+                    [{**g, "lower_bound": int(g["lower_bound"])} for g in rollup_rows(rows)],
+                )
+                for row in rows:
+                    for query in ("delete_job", "delete_status", "delete_progress"):
+                        c.execute(Q[query], {"job_id": row.record["job_id"]})
+            deleted += len(rows)
+            if len(rows) < batch:
+                return deleted
+
+    def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
+        args = {
+            "since": since,
+            "today": today,
+            "since_day": utc_day(since),
+            "today_day": utc_day(today),
+        }
+        with self._cursor() as c:
+            rows = [dict(r) for r in c.execute(Q["spend_since"], args)]
+            if self._has_rollup(c):
+                rows += [dict(r) for r in c.execute(Q["rollup_since"], args)]
+        return [
+            {**r, "today": bool(r["today"]), "lower_bound": bool(r["lower_bound"])} for r in rows
+        ]
+
+    def counts(self) -> list[dict[str, Any]]:
+        with self._cursor() as c:
+            rows = [dict(r) for r in c.execute(Q["counts"])]
+            if self._has_rollup(c):
+                rows += [dict(r) for r in c.execute(Q["rollup_counts"])]
+        return [{**r, "grade": r["grade"] or None, "n": int(r["n"])} for r in rows]
+
+    def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        with self._cursor() as c:
+            for r in c.execute(Q["duration_sums"]):
+                out[r["kind"]] = {
+                    "count": int(r["n"]),
+                    "seconds": float(r["seconds"]),
+                    "buckets": dict.fromkeys(map(float, bounds), 0),
+                }
+            for r in c.execute(Q["duration_buckets"], {"bounds": json.dumps(list(bounds))}):
+                out[r["kind"]]["buckets"][float(r["le"])] = int(r["n"])
+        return out
 
     # ----- waking idle workers ----------------------------------------------------
     def wake_listener(self, runner_id: str) -> WakeListener:

@@ -1,4 +1,6 @@
--- nw.jobs embedded store, schema version 1 (SQLite, WAL mode).
+-- nw.jobs embedded store, schema version 3 (SQLite, WAL mode). Every statement
+-- is idempotent (IF NOT EXISTS): a file at an older version is upgraded by
+-- running the whole file again.
 -- jobs:   the index (membership authority); real columns for what is
 --         filtered, ordered or fenced, the rest of the record in `doc` (JSON).
 -- status: the au ComputationStore (single source of truth for run status);
@@ -21,6 +23,10 @@ CREATE INDEX IF NOT EXISTS jobs_by_actor ON jobs (actor_id, created_at)
     WHERE actor_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (created_at)
     WHERE finished_at IS NULL;
+-- version 3: history pages of one kind; finished jobs by age (prune, totals)
+CREATE INDEX IF NOT EXISTS jobs_by_kind ON jobs (kind, created_at);
+CREATE INDEX IF NOT EXISTS jobs_by_finished ON jobs (finished_at)
+    WHERE finished_at IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS status (
     job_id          TEXT PRIMARY KEY,
@@ -60,3 +66,18 @@ CREATE TABLE IF NOT EXISTS runners (
     started_at REAL NOT NULL,
     beat_at    REAL NOT NULL
 );
+
+-- version 3: what pruned jobs carried, per UTC day (of finished_at), kind,
+-- actor ('' for none), status and grade: their spend (and whether it is a lower
+-- bound) and how many they were, so budgets, spend and totals survive a prune.
+CREATE TABLE IF NOT EXISTS spend_rollup (
+    day         TEXT    NOT NULL,
+    kind        TEXT    NOT NULL,
+    actor_id    TEXT    NOT NULL,
+    status      TEXT    NOT NULL,
+    grade       TEXT    NOT NULL,
+    jobs        INTEGER NOT NULL,
+    usd         REAL    NOT NULL,
+    lower_bound INTEGER NOT NULL,
+    PRIMARY KEY (day, kind, actor_id, status, grade)
+) WITHOUT ROWID;

@@ -23,7 +23,14 @@ from starlette.middleware import Middleware
 
 from nw.errors import InvalidSetting
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
-from nw.jobs.web import routes_jobs, routes_summary, routes_tray, streams
+from nw.jobs.web import (
+    routes_console,
+    routes_jobs,
+    routes_metrics,
+    routes_summary,
+    routes_tray,
+    streams,
+)
 from nw.jobs.web.errors import HANDLERS
 from nw.jobs.web.page_cache import PageCache
 from nw.jobs.web.security import LOOPBACK_HOSTS, BearerAuth, BodyLimit, HostGuard
@@ -33,7 +40,13 @@ from nw.project import Project
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "LOOPBACK_HOSTS", "ROUTES", "create_app"]
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
-ROUTES = [*routes_tray.routes, *routes_jobs.routes, *routes_summary.routes]
+ROUTES = [
+    *routes_tray.routes,
+    *routes_console.routes,  # first: POST /api/jobs/retry is not a job id
+    *routes_jobs.routes,
+    *routes_summary.routes,
+    *routes_metrics.routes,
+]
 
 
 def create_app(

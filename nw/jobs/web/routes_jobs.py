@@ -10,31 +10,12 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from nw.jobs import facade, kinds
 from nw.jobs.web import state, streams
-from nw.jobs.web.inputs import int_param, json_object
-
-
-def list_jobs(request: Request) -> Response:
-    limit = int_param(request, "limit", 50, low=1, high=1000)
-    status = request.query_params.get("status") or None
-    picked = state.projects(request).pick(request.query_params.get("project"))
-    config = state.config(request)
-
-    def build() -> dict[str, Any]:
-        rows: list[dict[str, Any]] = []
-        for project in picked:
-            jobs = facade.list_jobs(project, status=status, limit=limit, config=config)
-            rows += [state.job_json(job, project) for job in jobs]
-        rows.sort(key=lambda r: r.get("created_at") or "", reverse=True)
-        return {"jobs": rows[:limit]}
-
-    # Pollers asking for the same page share one read until a job is written.
-    key = ("jobs", tuple(sorted(request.query_params.multi_items())))
-    return request.app.state.page_cache.answer(key, picked, build)
+from nw.jobs.web.inputs import json_object
 
 
 def get_job(request: Request) -> JSONResponse:
@@ -121,7 +102,6 @@ async def job_events(request: Request) -> StreamingResponse:
 
 
 routes = [
-    Route("/api/jobs", list_jobs, methods=["GET"]),
     Route("/api/jobs", create_job, methods=["POST"]),
     Route("/api/jobs/{job_id}", get_job, methods=["GET"]),
     Route("/api/jobs/{job_id}/cancel", cancel_job, methods=["POST"]),

@@ -47,47 +47,132 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
  ORDER BY j.job_id;
 
 -- name: page
--- Newest first (index jobs_page).
+-- Newest first (index jobs_page, walked from the cursor), with every optional
+-- filter: a null parameter filters nothing. `state` is generated as
+-- nw.jobs.status.job_status derives it; the grade CASE mirrors
+-- nw.jobs.status.grade as records.to_job calls it (the contract suite checks
+-- both agree); %(q)s is a case-insensitive substring of the label; the cursor
+-- (%(before_at)s, %(before_id)s) is the created_at and id of the job a page
+-- ended at: only older jobs follow (ties by id).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
        j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
   FROM nw_jobs.jobs j
   LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
                       WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s
+   AND (%(state)s::text IS NULL
+        OR (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) = %(state)s::text)
+   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
+   AND (%(q)s::text IS NULL
+        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
+   AND (%(grade)s::text IS NULL OR (CASE WHEN s.status IS NULL THEN 'error'
+             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+             WHEN j.state = 'cancelled' THEN
+               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
+                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN j.state = 'succeeded' THEN
+               (CASE WHEN s.value IS NULL
+                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
+             ELSE 'error' END) = %(grade)s::text)
+   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
+                                    coalesce(%(before_id)s::text, ''))
  ORDER BY j.created_at DESC, j.job_id DESC
  LIMIT %(limit)s;
 
 -- name: page_by_state
--- Newest first with one job status (index jobs_state; `state` is generated
--- from the columns as nw.jobs.status.job_status derives it).
+-- `page` of one job status (index jobs_state).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
        j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
   FROM nw_jobs.jobs j
   LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
                       WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
- WHERE j.project_id = %(project_id)s AND j.state = %(state)s
+ WHERE j.project_id = %(project_id)s AND j.state = %(state)s::text
+   AND (%(state)s::text IS NULL
+        OR (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) = %(state)s::text)
+   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
+   AND (%(q)s::text IS NULL
+        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
+   AND (%(grade)s::text IS NULL OR (CASE WHEN s.status IS NULL THEN 'error'
+             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+             WHEN j.state = 'cancelled' THEN
+               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
+                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN j.state = 'succeeded' THEN
+               (CASE WHEN s.value IS NULL
+                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
+             ELSE 'error' END) = %(grade)s::text)
+   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
+                                    coalesce(%(before_id)s::text, ''))
  ORDER BY j.created_at DESC, j.job_id DESC
  LIMIT %(limit)s;
 
 -- name: page_by_actor
--- Newest first of one actor (index jobs_actor).
+-- `page` of one actor (index jobs_actor).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
        j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
   FROM nw_jobs.jobs j
   LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
                       WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
- WHERE j.project_id = %(project_id)s AND j.actor_id = %(actor_id)s
+ WHERE j.project_id = %(project_id)s AND j.actor_id = %(actor_id)s::text
+   AND (%(state)s::text IS NULL
+        OR (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) = %(state)s::text)
+   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
+   AND (%(q)s::text IS NULL
+        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
+   AND (%(grade)s::text IS NULL OR (CASE WHEN s.status IS NULL THEN 'error'
+             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+             WHEN j.state = 'cancelled' THEN
+               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
+                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN j.state = 'succeeded' THEN
+               (CASE WHEN s.value IS NULL
+                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
+             ELSE 'error' END) = %(grade)s::text)
+   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
+                                    coalesce(%(before_id)s::text, ''))
  ORDER BY j.created_at DESC, j.job_id DESC
  LIMIT %(limit)s;
 
--- name: page_by_state_and_actor
--- Newest first of one actor with one job status.
+-- name: page_by_kind
+-- `page` of one kind (index jobs_kind).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
        j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
   FROM nw_jobs.jobs j
   LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
                       WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
- WHERE j.project_id = %(project_id)s AND j.state = %(state)s AND j.actor_id = %(actor_id)s
+ WHERE j.project_id = %(project_id)s AND j.kind = %(kind)s::text
+   AND (%(state)s::text IS NULL
+        OR (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) = %(state)s::text)
+   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
+   AND (%(q)s::text IS NULL
+        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
+   AND (%(grade)s::text IS NULL OR (CASE WHEN s.status IS NULL THEN 'error'
+             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+             WHEN j.state = 'cancelled' THEN
+               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
+                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN j.state = 'succeeded' THEN
+               (CASE WHEN s.value IS NULL
+                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
+             ELSE 'error' END) = %(grade)s::text)
+   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
+                                    coalesce(%(before_id)s::text, ''))
  ORDER BY j.created_at DESC, j.job_id DESC
  LIMIT %(limit)s;
 
@@ -178,7 +263,10 @@ SELECT count(*) AS notified
 
 -- name: start
 -- queued -> running for the process holding the callable: bumps the attempt
--- (the lease counter), stamps started_at and a first beat, takes the lease.
+-- (the lease counter), stamps started_at and a first beat, takes the lease,
+-- and appends the attempt to the record's `attempts` (its number in the run,
+-- its lease, the runner with the host and pid it announced, when it started;
+-- the outcome closes it).
 -- No row when the job is no longer queued (cancelled first, or gone).
 WITH picked AS (
   SELECT job_id, 0 AS queue_at FROM nw_jobs.jobs
@@ -188,8 +276,20 @@ WITH picked AS (
 ), jb AS (
   UPDATE nw_jobs.jobs j
      SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
-         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL
+         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL,
+         doc = jsonb_set(j.doc, '{attempts}',
+                   coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
+                                 THEN j.doc->'attempts' END, '[]'::jsonb)
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', j.attempt + 1 - coalesce((j.doc->>'attempt_base')::integer, 0),
+                        'lease', j.attempt + 1,
+                        'runner_id', %(runner_id)s::text,
+                        'host', r.info->'host',
+                        'pid', r.info->'pid',
+                        'started_at', %(now)s::double precision)))
     FROM picked
+    LEFT JOIN nw_jobs.runners r
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s::text
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
   RETURNING j.*
 ), sb AS (
@@ -217,8 +317,20 @@ WITH picked AS (
 ), jb AS (
   UPDATE nw_jobs.jobs j
      SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
-         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL
+         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL,
+         doc = jsonb_set(j.doc, '{attempts}',
+                   coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
+                                 THEN j.doc->'attempts' END, '[]'::jsonb)
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', j.attempt + 1 - coalesce((j.doc->>'attempt_base')::integer, 0),
+                        'lease', j.attempt + 1,
+                        'runner_id', %(runner_id)s::text,
+                        'host', r.info->'host',
+                        'pid', r.info->'pid',
+                        'started_at', %(now)s::double precision)))
     FROM picked
+    LEFT JOIN nw_jobs.runners r
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s::text
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
   RETURNING j.*
 ), sb AS (
@@ -436,6 +548,8 @@ WITH jb AS (
   DELETE FROM nw_jobs.durations WHERE project_id = %(project_id)s
 ), rb AS (
   DELETE FROM nw_jobs.runners WHERE project_id = %(project_id)s
+), ub AS (
+  DELETE FROM nw_jobs.spend_rollup WHERE project_id = %(project_id)s
 )
 SELECT count(*) AS jobs FROM jb;
 
@@ -569,3 +683,116 @@ SELECT runner_id, info, started_at, beat_at FROM nw_jobs.runners
 -- name: notify
 -- Wake the project's idle workers (they LISTEN on %(channel)s).
 SELECT pg_notify(%(channel)s, '');
+
+-- name: finished_before
+-- The oldest finished jobs that finished before %(cutoff)s (index
+-- jobs_finished), locked: what `prune` rolls up and deletes, a batch at a time.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.finished_at IS NOT NULL
+   AND j.finished_at < %(cutoff)s::double precision
+ ORDER BY j.finished_at, j.job_id
+ LIMIT %(limit)s
+   FOR UPDATE OF j SKIP LOCKED;
+
+-- name: prune_rows
+-- Fold pruned jobs into their days' rollup rows (%(rollup)s: a JSON array of
+-- {day, kind, actor_id, status, grade, jobs, usd, lower_bound}) and delete the
+-- jobs %(job_ids)s: record, status entry, progress trail. Returns the jobs deleted.
+WITH up AS (
+  INSERT INTO nw_jobs.spend_rollup (project_id, day, kind, actor_id, status, grade, jobs, usd,
+                                    lower_bound)
+  SELECT %(project_id)s, x.day, x.kind, x.actor_id, x.status, x.grade, x.jobs, x.usd,
+         x.lower_bound
+    FROM jsonb_to_recordset(%(rollup)s::jsonb)
+      AS x(day date, kind text, actor_id text, status text, grade text, jobs bigint,
+           usd double precision, lower_bound boolean)
+  ON CONFLICT (project_id, day, kind, actor_id, status, grade) DO UPDATE
+     SET jobs = spend_rollup.jobs + excluded.jobs, usd = spend_rollup.usd + excluded.usd,
+         lower_bound = spend_rollup.lower_bound OR excluded.lower_bound
+), sb AS (
+  DELETE FROM nw_jobs.status
+   WHERE project_id = %(project_id)s AND job_id = ANY(%(job_ids)s::text[])
+), pb AS (
+  DELETE FROM nw_jobs.progress
+   WHERE project_id = %(project_id)s AND job_id = ANY(%(job_ids)s::text[])
+), jb AS (
+  DELETE FROM nw_jobs.jobs
+   WHERE project_id = %(project_id)s AND job_id = ANY(%(job_ids)s::text[])
+  RETURNING 1
+)
+SELECT count(*) AS deleted FROM jb;
+
+-- name: rollup_spend
+-- What pruned jobs spent (added to `spend`: a budget counts it).
+SELECT coalesce(sum(usd), 0.0) AS usd, coalesce(bool_or(lower_bound), false) AS lower_bound
+  FROM nw_jobs.spend_rollup
+ WHERE project_id = %(project_id)s;
+
+-- name: spend_since
+-- Spend of the jobs finished since %(since)s (index jobs_finished) by kind and
+-- actor, split at %(today)s (a run's spend counts on the day it finished,
+-- earlier attempts and runs included), then the rollup's share (days, UTC).
+SELECT j.kind, coalesce(j.actor_id, '') AS actor_id,
+       j.finished_at >= %(today)s::double precision AS today,
+       sum(coalesce(CASE WHEN jsonb_typeof(j.doc->'prior_actual_usd') = 'number'
+                         THEN (j.doc->>'prior_actual_usd')::double precision END, 0)
+         + coalesce(CASE WHEN jsonb_typeof(j.doc->'earlier_runs_usd') = 'number'
+                         THEN (j.doc->>'earlier_runs_usd')::double precision END, 0)
+         + coalesce(CASE WHEN jsonb_typeof(j.doc->'actual_usd') = 'number'
+                         THEN (j.doc->>'actual_usd')::double precision END, 0)) AS usd,
+       coalesce(bool_or(j.started_at IS NOT NULL
+                        AND coalesce(j.doc->'actual_is_lower_bound'
+                                     NOT IN ('false'::jsonb, '0'::jsonb), true)),
+                false) AS lower_bound
+  FROM nw_jobs.jobs j
+ WHERE j.project_id = %(project_id)s AND j.finished_at IS NOT NULL
+   AND j.finished_at >= %(since)s::double precision
+ GROUP BY 1, 2, 3
+UNION ALL
+SELECT kind, actor_id, day >= %(today_day)s::date, sum(usd), bool_or(lower_bound)
+  FROM nw_jobs.spend_rollup
+ WHERE project_id = %(project_id)s AND day >= %(since_day)s::date
+ GROUP BY 1, 2, 3;
+
+-- name: counts
+-- How many jobs by status and grade (the grade CASE of `page`), pruned ones included.
+SELECT (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) AS state,
+       (CASE WHEN s.status IS NULL THEN 'error'
+             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+             WHEN j.state = 'cancelled' THEN
+               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
+                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN j.state = 'succeeded' THEN
+               (CASE WHEN s.value IS NULL
+                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
+             ELSE 'error' END) AS grade,
+       count(*) AS n
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s
+ GROUP BY 1, 2
+UNION ALL
+SELECT status, nullif(grade, ''), sum(jobs)
+  FROM nw_jobs.spend_rollup
+ WHERE project_id = %(project_id)s
+ GROUP BY 1, 2;
+
+-- name: durations
+-- Finished jobs that ran, by kind and bound of %(bounds)s: how many took at
+-- most the bound (a cumulative histogram bucket), and, the same on each row
+-- of a kind, how many ran and their seconds in all.
+SELECT j.kind, b.le,
+       count(*) FILTER (WHERE j.finished_at - j.started_at <= b.le) AS le_n,
+       count(*) AS n, sum(j.finished_at - j.started_at) AS seconds
+  FROM nw_jobs.jobs j CROSS JOIN unnest(%(bounds)s::double precision[]) AS b(le)
+ WHERE j.project_id = %(project_id)s AND j.finished_at IS NOT NULL
+   AND j.started_at IS NOT NULL
+ GROUP BY j.kind, b.le;

@@ -14,52 +14,117 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
  WHERE j.job_id = :job_id;
 
 -- name: page
--- Newest first.
+-- Newest first (index jobs_by_created, walked from the cursor), with every
+-- optional filter: a null parameter filters nothing. :state is the job
+-- status: the CASE mirrors nw.jobs.status.job_status (a job without a status
+-- entry or with an unreadable doc reads as failed); :grade mirrors
+-- nw.jobs.status.grade as records.to_job calls it (the contract suite checks
+-- both agree); :q is a case-insensitive substring of the label; the cursor
+-- (:before_at, :before_id) is the created_at and id of the job a page ends
+-- at: only older jobs follow (ties by id).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
        j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT :limit;
-
--- name: page_by_state
--- Newest first with one job status. The CASE mirrors
--- nw.jobs.status.job_status (the contract suite checks they agree); a job
--- without a status entry or with an unreadable doc reads as failed.
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
- WHERE (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
+ WHERE 1 = 1
+   AND (:state IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
              WHEN j.cancel_requested THEN
                (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
              WHEN s.status = 'pending' THEN 'queued'
              WHEN s.status = 'running' THEN 'running'
              WHEN s.status = 'completed' THEN 'succeeded'
-             ELSE s.status END) = :state
+             ELSE s.status END) = :state)
+   AND (:kind IS NULL OR j.kind = :kind)
+   AND (:actor_id IS NULL OR j.actor_id = :actor_id)
+   AND (:q IS NULL OR instr(lower(CASE WHEN json_valid(j.doc)
+                                       THEN coalesce(json_extract(j.doc, '$.label'), j.kind)
+                                       ELSE 'unreadable job' END), lower(:q)) > 0)
+   AND (:grade IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
+             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
+             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
+                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
+                              LIKE 'worker lost%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN s.status = 'completed' THEN
+               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN s.status = 'failed' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
+                     THEN 'warning' ELSE 'error' END)
+             END) = :grade)
+   AND (j.created_at, j.job_id) < (coalesce(:before_at, 1e308), coalesce(:before_id, ''))
  ORDER BY j.created_at DESC, j.job_id DESC
  LIMIT :limit;
 
 -- name: page_by_actor
--- Newest first of one actor (index jobs_by_actor).
+-- `page` of one actor (index jobs_by_actor).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
        j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE j.actor_id = :actor_id
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT :limit;
-
--- name: page_by_state_and_actor
--- Newest first of one actor with one job status (the CASE of page_by_state).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
- WHERE (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
+   AND (:state IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
              WHEN j.cancel_requested THEN
                (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
              WHEN s.status = 'pending' THEN 'queued'
              WHEN s.status = 'running' THEN 'running'
              WHEN s.status = 'completed' THEN 'succeeded'
-             ELSE s.status END) = :state
-   AND j.actor_id = :actor_id
+             ELSE s.status END) = :state)
+   AND (:kind IS NULL OR j.kind = :kind)
+   AND (:actor_id IS NULL OR j.actor_id = :actor_id)
+   AND (:q IS NULL OR instr(lower(CASE WHEN json_valid(j.doc)
+                                       THEN coalesce(json_extract(j.doc, '$.label'), j.kind)
+                                       ELSE 'unreadable job' END), lower(:q)) > 0)
+   AND (:grade IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
+             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
+             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
+                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
+                              LIKE 'worker lost%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN s.status = 'completed' THEN
+               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN s.status = 'failed' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
+                     THEN 'warning' ELSE 'error' END)
+             END) = :grade)
+   AND (j.created_at, j.job_id) < (coalesce(:before_at, 1e308), coalesce(:before_id, ''))
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT :limit;
+
+-- name: page_by_kind
+-- `page` of one kind (index jobs_by_kind).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE j.kind = :kind
+   AND (:state IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
+             WHEN j.cancel_requested THEN
+               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
+             WHEN s.status = 'pending' THEN 'queued'
+             WHEN s.status = 'running' THEN 'running'
+             WHEN s.status = 'completed' THEN 'succeeded'
+             ELSE s.status END) = :state)
+   AND (:kind IS NULL OR j.kind = :kind)
+   AND (:actor_id IS NULL OR j.actor_id = :actor_id)
+   AND (:q IS NULL OR instr(lower(CASE WHEN json_valid(j.doc)
+                                       THEN coalesce(json_extract(j.doc, '$.label'), j.kind)
+                                       ELSE 'unreadable job' END), lower(:q)) > 0)
+   AND (:grade IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
+             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
+             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
+                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
+                              LIKE 'worker lost%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN s.status = 'completed' THEN
+               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN s.status = 'failed' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
+                     THEN 'warning' ELSE 'error' END)
+             END) = :grade)
+   AND (j.created_at, j.job_id) < (coalesce(:before_at, 1e308), coalesce(:before_id, ''))
  ORDER BY j.created_at DESC, j.job_id DESC
  LIMIT :limit;
 
@@ -119,9 +184,25 @@ UPDATE status SET status = 'running', attempt = attempt + 1, queue_at = NULL
 
 -- name: start_job
 -- queued -> running in the record: bumps the attempt (the lease counter),
--- stamps started_at and a first beat, names the runner.
+-- stamps started_at and a first beat, names the runner, and appends the
+-- attempt to the record's `attempts` (its number in the run, its lease, the
+-- runner with the host and pid it announced, when it started; the outcome
+-- closes it).
 UPDATE jobs SET attempt = attempt + 1, started_at = :now, heartbeat_at = :now,
-                runner_id = :runner_id
+                runner_id = :runner_id,
+                doc = CASE WHEN NOT json_valid(doc) THEN doc ELSE json_insert(
+                        CASE WHEN json_type(doc, '$.attempts') = 'array' THEN doc
+                             ELSE json_set(doc, '$.attempts', json('[]')) END,
+                        '$.attempts[#]',
+                        json_object(
+                          'attempt', attempt + 1 - coalesce(json_extract(doc, '$.attempt_base'), 0),
+                          'lease', attempt + 1,
+                          'runner_id', :runner_id,
+                          'host', (SELECT json_extract(info, '$.host') FROM runners
+                                    WHERE runner_id = :runner_id),
+                          'pid', (SELECT json_extract(info, '$.pid') FROM runners
+                                   WHERE runner_id = :runner_id),
+                          'started_at', :now)) END
  WHERE job_id = :job_id;
 
 -- name: fence
@@ -275,3 +356,96 @@ ON CONFLICT (job_id) DO UPDATE
    SET status = excluded.status, value = excluded.value, error = excluded.error,
        terminal_reason = excluded.terminal_reason, completed_at = excluded.completed_at,
        queue_at = NULL;
+
+-- name: finished_before
+-- The oldest finished jobs that finished before :cutoff (index
+-- jobs_by_finished): what `prune` rolls up and deletes, a batch at a time.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error,
+       j.actor_id
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE j.finished_at IS NOT NULL AND j.finished_at < :cutoff
+ ORDER BY j.finished_at, j.job_id
+ LIMIT :limit;
+
+-- name: add_rollup
+-- Fold pruned jobs into their day's rollup row.
+INSERT INTO spend_rollup (day, kind, actor_id, status, grade, jobs, usd, lower_bound)
+VALUES (:day, :kind, :actor_id, :status, :grade, :jobs, :usd, :lower_bound)
+ON CONFLICT (day, kind, actor_id, status, grade) DO UPDATE
+   SET jobs = jobs + excluded.jobs, usd = usd + excluded.usd,
+       lower_bound = max(lower_bound, excluded.lower_bound);
+
+-- name: rollup_spend
+-- What pruned jobs spent (added to `spend`: a budget counts it).
+SELECT coalesce(sum(usd), 0.0) AS usd, coalesce(max(lower_bound), 0) AS lower_bound
+  FROM spend_rollup;
+
+-- name: spend_since
+-- Spend of the jobs finished since :since (index jobs_by_finished) by kind
+-- and actor, split at :today (a run's spend counts on the day it finished,
+-- earlier attempts and runs included).
+SELECT j.kind, coalesce(j.actor_id, '') AS actor_id, j.finished_at >= :today AS today,
+       sum(coalesce(json_extract(j.doc, '$.prior_actual_usd'), 0)
+                    + coalesce(json_extract(j.doc, '$.earlier_runs_usd'), 0)
+                    + coalesce(json_extract(j.doc, '$.actual_usd'), 0)) AS usd,
+       coalesce(max(j.started_at IS NOT NULL
+                    AND json_extract(j.doc, '$.actual_is_lower_bound') IS NOT 0), 0) AS lower_bound
+  FROM jobs j
+ WHERE j.finished_at IS NOT NULL AND j.finished_at >= :since AND json_valid(j.doc)
+ GROUP BY 1, 2, 3;
+
+-- name: rollup_since
+-- The rollup's share of `spend_since` (days as 'YYYY-MM-DD', UTC).
+SELECT kind, actor_id, day >= :today_day AS today, sum(usd) AS usd,
+       max(lower_bound) AS lower_bound
+  FROM spend_rollup
+ WHERE day >= :since_day
+ GROUP BY 1, 2, 3;
+
+-- name: counts
+-- How many jobs by status and grade (the CASEs of `page`).
+SELECT (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
+             WHEN j.cancel_requested THEN
+               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
+             WHEN s.status = 'pending' THEN 'queued'
+             WHEN s.status = 'running' THEN 'running'
+             WHEN s.status = 'completed' THEN 'succeeded'
+             ELSE s.status END) AS state,
+       (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
+             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
+             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
+                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
+                              LIKE 'worker lost%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN s.status = 'completed' THEN
+               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN s.status = 'failed' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
+                     THEN 'warning' ELSE 'error' END)
+             END) AS grade,
+       count(*) AS n
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ GROUP BY 1, 2;
+
+-- name: rollup_counts
+-- How many pruned jobs by status and grade.
+SELECT status AS state, grade, sum(jobs) AS n FROM spend_rollup GROUP BY 1, 2;
+
+-- name: duration_buckets
+-- Finished jobs that ran, by kind: how many took at most each bound of
+-- :bounds (a JSON array of seconds), for a cumulative histogram.
+SELECT j.kind, b.value AS le, count(*) AS n
+  FROM jobs j, json_each(:bounds) b
+ WHERE j.finished_at IS NOT NULL AND j.started_at IS NOT NULL
+   AND j.finished_at - j.started_at <= b.value
+ GROUP BY j.kind, b.value;
+
+-- name: duration_sums
+-- Finished jobs that ran, by kind: how many, and their seconds in all.
+SELECT kind, count(*) AS n, sum(finished_at - started_at) AS seconds
+  FROM jobs
+ WHERE finished_at IS NOT NULL AND started_at IS NOT NULL
+ GROUP BY kind;
