@@ -275,8 +275,17 @@ function jobRow(job) {
   return li;
 }
 
+let recentDrawn = "";
+let recentDrawnAt = 0;
+
 function renderRecent(recent) {
   const list = document.getElementById("recent");
+  // Redrawn when a row changes (or the "ago" times are 30 s old), not on every
+  // event: a click must not land on a row that was just replaced.
+  const key = JSON.stringify(recent.map((j) => [j.job_id, j.status, j.grade, j.finished_at, j.cost]));
+  if (key === recentDrawn && Date.now() - recentDrawnAt < 30000) return;
+  recentDrawn = key;
+  recentDrawnAt = Date.now();
   list.replaceChildren(...recent.map(jobRow));
   document.getElementById("recent-empty").hidden = recent.length > 0;
 }
@@ -482,6 +491,7 @@ let trailAt = 0;
 let shownJob = null;
 
 function closeDetail() {
+  detailDrawn = "";
   if (detailSource) detailSource.close();
   detailSource = null;
   detailId = null;
@@ -576,12 +586,35 @@ function section(title, body) {
   return s;
 }
 
+function workerText(job) {
+  const how = job.worker_responsive === false ? "silent" : "beating";
+  return `${how} · last beat ${duration(job.worker_silent_s)} ago`;
+}
+
 const detailExtras = { trail: [], quote: null };
+// What moves while a job runs without anything else changing: drawn in place.
+const MOVING = new Set(["elapsed_s", "queue_wait_s", "remaining_s", "eta_s", "eta_ts", "pct",
+  "progress", "predicted_total_s", "confidence", "label_hint", "worker_silent_s",
+  "worker_responsive", "last_event_id"]);
+let detailDrawn = "";
 
 function renderDetail(job) {
   shownJob = job;
   latest.set(job.job_id, job);
   const root = document.getElementById("detail");
+  const key = JSON.stringify([Object.entries(job).filter(([k]) => !MOVING.has(k)), detailExtras.quote]);
+  const live = root.querySelector(".live");
+  if (key === detailDrawn && root.dataset.jobId === job.job_id) {
+    // Same job, same facts: only the bar, ETA and clocks move (no node is replaced,
+    // so a click on Cancel or Retry always lands).
+    if (live) fillBar(live, job);
+    const beat = root.querySelector("dd.beat");
+    if (beat && job.worker_silent_s !== null && job.worker_silent_s !== undefined) beat.textContent = workerText(job);
+    const ran = root.querySelector("dd.ran");
+    if (ran && job.elapsed_s !== null && job.elapsed_s !== undefined) ran.textContent = duration(job.elapsed_s);
+    return;
+  }
+  detailDrawn = key;
   root.dataset.jobId = job.job_id;
   root.dataset.status = job.status;
   const head = el("header", "head");
@@ -642,10 +675,14 @@ function renderDetail(job) {
   pair(facts, "started", job.started_at ? when(job.started_at) : "—");
   pair(facts, "finished", job.finished_at ? when(job.finished_at) : "—");
   if (job.queue_wait_s !== null && job.queue_wait_s !== undefined) pair(facts, "waited", duration(job.queue_wait_s));
-  if (job.elapsed_s !== null && job.elapsed_s !== undefined) pair(facts, "ran", duration(job.elapsed_s));
+  if (job.elapsed_s !== null && job.elapsed_s !== undefined) {
+    pair(facts, "ran", duration(job.elapsed_s));
+    facts.lastChild.className = "ran";
+  }
   pair(facts, "attempt", `${job.attempt} of ${job.max_attempts}`);
   if (LIVE.has(job.status) && job.worker_silent_s !== null && job.worker_silent_s !== undefined) {
-    pair(facts, "worker", `${job.worker_responsive === false ? "silent" : "beating"} · last beat ${duration(job.worker_silent_s)} ago`);
+    pair(facts, "worker", workerText(job));
+    facts.lastChild.className = "beat";
   }
   parts.push(section("Job", facts));
   parts.push(section("Cost", costPanel(job, detailExtras.quote)));
