@@ -119,7 +119,7 @@ def test_4_the_middleware_learns_under_a_plain_au_thread_backend(tmp_path, kind_
         wait_until(
             lambda key=key: (
                 backend.store[key].status is ComputationStatus.COMPLETED
-                and not middleware.holds(key)
+                and not middleware.is_running(key)
             ),
             what=f"{key} learned",
         )

@@ -10,8 +10,7 @@ from nw.jobs import JobCancelled, JobRefused
 from nw.jobs.body import Launch, run_attempt
 from nw.jobs.model import JobsConfig
 from nw.jobs.outcome import backoff_delay
-from nw.jobs.records import attempt_in_run
-from nw.jobs.records import to_job
+from nw.jobs.records import attempt_in_run, to_job
 
 ID = "b" * 64
 
