@@ -66,14 +66,17 @@ def _projects(args: argparse.Namespace) -> list:
 def _resolve_id(project, text: str) -> str:
     """A full job id, or a unique prefix of one (``list`` shows 12 characters)."""
     from nw.jobs import DEFAULT_CONFIG
-    from nw.jobs.ids import check_job_id, is_job_id
+    from nw.jobs.ids import is_job_id
     from nw.jobs.stores import open_store
 
     text = text.strip().lower()
     if is_job_id(text):
         return text
     if not (4 <= len(text) < 64 and all(c in "0123456789abcdef" for c in text)):
-        check_job_id(text)  # raises with the standard message
+        raise UserError(
+            f"{text!r} is not a job id: give the 64 hex characters `nw-jobs list` shows"
+            " the start of, or a unique prefix of at least 4 of them"
+        )
     store = open_store(project, DEFAULT_CONFIG, create=False)
     if store is None:
         raise UserError(f"no job {text!r} in {project.root} (it has no jobs)")
@@ -112,24 +115,59 @@ def _params(text: str) -> dict[str, Any]:
     return value
 
 
+def cwd_on_path() -> None:
+    """``--import mymodule`` finds a module in the current folder, as uvicorn and
+    celery do (a console script's path starts at its own bin folder)."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+
+
 # ----- commands --------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
     from nw.cli_render import jobs_table
     from nw.jobs import list_jobs
 
     project = _project(args)
-    jobs = [_job_dict(j) for j in list_jobs(project, status=args.status, limit=args.limit)]
+    before = _resolve_id(project, args.before) if args.before else None
+    found = list_jobs(
+        project,
+        status=args.status,
+        kind=args.kind,
+        actor=args.actor,
+        grade=args.grade,
+        q=args.search,
+        before=before,
+        limit=args.limit,
+    )
+    jobs = [_job_dict(j) for j in found]
     if args.json:
         _print_json(jobs)
         return EXIT_OK
     console = _console()
     if not jobs:
-        which = f" with status {args.status}" if args.status else ""
-        console.print(f"no jobs in {project.root}{which}")
+        console.print(f"no {'more ' if before else ''}jobs in {project.root}{_filters_said(args)}")
         return EXIT_OK
-    title = f"{project.title} — {len(jobs)} job(s)"
+    title = f"{project.title} — {len(jobs)} job(s){_filters_said(args)}"
     console.print(jobs_table(jobs, title=title, width=console.width))
+    if len(jobs) == args.limit:  # a full page: say how to get the next one
+        console.print(f"older: nw-jobs list --before {jobs[-1]['job_id'][:12]}", soft_wrap=True)
     return EXIT_OK
+
+
+def _filters_said(args: argparse.Namespace) -> str:
+    said = [
+        f"{name} {value}"
+        for name, value in (
+            ("status", args.status),
+            ("kind", args.kind),
+            ("actor", args.actor),
+            ("grade", args.grade),
+            ("label with", args.search and repr(args.search)),
+        )
+        if value
+    ]
+    return f" ({', '.join(said)})" if said else ""
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -139,11 +177,25 @@ def cmd_show(args: argparse.Namespace) -> int:
     project = _project(args)
     job_id = _resolve_id(project, args.id)
     data = _one_job(project, job_id, get_job)
+    trail = get_job_progress(project, job_id, limit=1000)
     if args.json:
-        _print_json(data)
+        _print_json({**data, "progress_trail": trail, "quote": _quote_of(project, data)})
         return EXIT_OK
-    _console().print(job_detail(data, get_job_progress(project, job_id)))
+    _console().print(job_detail(data, trail, quote=_quote_of(project, data)))
     return EXIT_OK
+
+
+def _quote_of(project, job: dict[str, Any]) -> dict[str, Any] | None:
+    """Today's quote of a plan job (its ``as_of`` figure beside it); None without a plan."""
+    from nw.jobs import estimate
+
+    params = job.get("params") or {}
+    if not isinstance(params.get("plan"), dict):
+        return None
+    try:
+        return estimate(project, job["kind"], params).get("quote")
+    except NwJobsError:  # a plan that no longer reads: the job's own figures still show
+        return None
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -256,9 +308,26 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from nw.jobs import estimate
+    from nw.jobs.kinds import registered_kinds
 
     project = _project(args)
-    result = estimate(project, args.kind, _params(args.params))
+    _import_modules(args.imports or ())
+    params = _params(args.params)
+    known = registered_kinds()
+    if args.kind not in known:
+        raise UserError(
+            f"unknown kind {args.kind!r}; known kinds: {', '.join(known) or 'none'}"
+            " (--import MODULE registers a module's kinds)"
+        )
+    if params.get("plan") is not None:
+        from nw.errors import PlanError
+        from nw.jobs.costing import with_plan_dict
+
+        try:
+            with_plan_dict(params)
+        except PlanError as exc:  # why, in one line (the facade would log it and say "unknown")
+            raise UserError(f"params['plan'] cannot be read as a plan: {exc}") from None
+    result = estimate(project, args.kind, params)
     if args.json:
         _print_json(result)
         return EXIT_OK
@@ -275,6 +344,133 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if result.get("reason"):
         console.print(str(result["reason"]))
     return EXIT_OK
+
+
+def cmd_spend(args: argparse.Namespace) -> int:
+    from nw.cli_render import totals_view
+    from nw.jobs import spend, totals
+
+    project = _project(args)
+    data = {**totals(project), "committed": spend(project)}
+    if args.json:
+        _print_json(data)
+        return EXIT_OK
+    _console().print(totals_view(data, title=f"{project.title} — spend and counts"))
+    return EXIT_OK
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    from nw.cli_render import workers_table
+    from nw.jobs import workers
+
+    project = _project(args)
+    found = workers(project)
+    if args.json:
+        _print_json(found)
+        return EXIT_OK
+    console = _console()
+    if not found:
+        console.print(f"no workers announced for {project.root} (start one: nw-jobs worker)")
+        return EXIT_OK
+    console.print(workers_table(found, title=f"{project.title} — workers"))
+    return EXIT_OK
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    from nw.cli_render import plain_line
+    from nw.jobs import retry_job, retry_jobs
+
+    project = _project(args)
+    _import_modules(args.imports or ())
+    bulk = args.failed or args.cancelled
+    if bool(args.id) == bool(bulk):
+        raise UserError("retry takes a job id, or --failed / --cancelled (with --kind, --since)")
+    if args.id:
+        if args.kind or args.since:
+            raise UserError("--kind and --since go with --failed or --cancelled, not an id")
+        job = retry_job(project, _resolve_id(project, args.id), approved=args.approve)
+        if job is None:
+            raise UserError(f"no job {args.id} in {project.root}")
+        jobs = [job]
+    else:
+        if args.failed and args.cancelled:
+            raise UserError("choose --failed or --cancelled")
+        status = "failed" if args.failed else "cancelled"
+        since = _since(args.since) if args.since else None
+        jobs = retry_jobs(
+            project, status=status, kind=args.kind, since=since, approved=args.approve
+        )
+    rows = [_job_dict(j) for j in jobs]
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    console = _console()
+    console.print(f"{len(rows)} job(s) queued again" if rows else "nothing to retry")
+    for row in rows:
+        console.print(plain_line(row), soft_wrap=True)
+    return EXIT_OK
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from nw.jobs import prune
+
+    project = _project(args)
+    deleted = prune(project, older_than_s=args.older_than)
+    if args.json:
+        _print_json({"deleted": deleted, "older_than_s": args.older_than})
+        return EXIT_OK
+    _console().print(
+        f"pruned {deleted} finished job(s) older than {_age_text(args.older_than)};"
+        " their spend stays in the totals"
+    )
+    return EXIT_OK
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or plain seconds."""
+    raw = text.strip().lower()
+    unit = _UNITS.get(raw[-1:]) if raw else None
+    number = raw[:-1] if unit else raw
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an age like 30d, 12h, 90m or seconds, got {text!r}"
+        ) from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected an age of 0 or more, got {text!r}")
+    return value
+
+
+def _age_text(seconds: float) -> str:
+    for unit in ("w", "d", "h", "m"):
+        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
+            return f"{int(seconds // _UNITS[unit])}{unit}"
+    return f"{seconds:g}s"
+
+
+def _since(text: str) -> float:
+    """An ISO 8601 time (with its zone; a bare date is UTC midnight) or an age ago."""
+    from datetime import UTC, datetime
+
+    try:
+        return time.time() - _age(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(
+            f"--since {text!r}: give a time (2026-12-01T09:00+00:00, 2026-12-01) or an age (2h, 1d)"
+        ) from None
+    if when.tzinfo is None:
+        if len(text) > 10:
+            raise UserError(f"--since {text!r}: give the time zone (e.g. +00:00)")
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -310,13 +506,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _console(stderr=True).print(
             "the demo uses the embedded store; NW_JOBS_DATABASE_URL ignored"
         )
+    from pathlib import Path
+
+    root = Path(args.project or DEMO_DIR)
+    if root.exists() and not root.is_dir():
+        raise UserError(f"--project {root}: not a folder (give a folder for the demo project)")
     # With --json the live view goes to stderr, so stdout is only the JSON.
-    result = run_demo(
-        args.project or DEMO_DIR,
-        console=_console(stderr=args.json),
-        plain=True if (args.plain or args.json) else None,
-        speed=args.speed,
-    )
+    try:
+        result = run_demo(
+            root,
+            console=_console(stderr=args.json),
+            plain=True if (args.plain or args.json) else None,
+            speed=args.speed,
+        )
+    except OSError as exc:  # a folder that cannot be made or written
+        raise UserError(f"--project {root}: {exc.strerror or exc}") from None
     if args.json:
         _print_json(result)
     return EXIT_OK if result["finished"] else EXIT_ERROR
@@ -338,6 +542,7 @@ def _optional_module(name: str, what: str, *, extra: str):
 def _import_modules(modules: Sequence[str]) -> None:
     import importlib
 
+    cwd_on_path()
     for name in modules:
         try:
             importlib.import_module(name)
@@ -369,6 +574,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allowed_hosts=LOOPBACK_HOSTS if loopback else None,
     )
     closing = app.state.closing
+    _port_free(args.host, args.port)
     where = f"http://{args.host}:{args.port}/"
     console = _console(stderr=True)
     console.print(
@@ -392,6 +598,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _port_free(host: str, port: int) -> None:
+    """Refuse a taken port before the URL is announced (uvicorn would only log it)."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UserError(f"--host {host}: {exc.strerror or exc}") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UserError(
+                    f"port {port} on {host} is taken (another server?); choose one with --port"
+                ) from None
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def cmd_worker(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
     worker = _optional_module("nw.jobs.worker", "the worker", extra="")
     argv: list[str] = []
@@ -401,6 +629,8 @@ def cmd_worker(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
         argv += ["--import", module]
     if args.max_concurrent is not None:
         argv += ["--max-concurrent", str(args.max_concurrent)]
+    if args.log_level:
+        argv += ["--log-level", args.log_level]
     result = worker.main([*argv, *extra])
     return int(result or 0)
 
@@ -479,8 +709,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
     p.add_argument("--speed", type=_positive_float, default=1.0, help="run N times faster")
 
-    p = add("list", cmd_list, "this project's jobs, newest first", [one, as_json])
+    p = add("list", cmd_list, "this project's jobs, newest first, a page at a time", [one, as_json])
     p.add_argument("--status", help="only jobs with this status (queued, running, …)")
+    p.add_argument("--kind", help="only jobs of this kind")
+    p.add_argument("--actor", help="only jobs of this actor id")
+    p.add_argument("--grade", help="only finished jobs of this grade (ok, notice, warning, error)")
+    p.add_argument("-q", "--search", metavar="TEXT", help="only jobs whose label contains TEXT")
+    p.add_argument(
+        "--before", metavar="ID", help="the page after this job (the id a full page ends with)"
+    )
     p.add_argument("--limit", type=_positive_int, default=20, help="at most N jobs (20)")
 
     p = add("show", cmd_show, "one job in detail", [one, as_json])
@@ -502,6 +739,51 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("estimate", cmd_estimate, "dry-run cost gate for a render", [one, as_json])
     p.add_argument("kind", help="the job kind, e.g. panel.animate")
     p.add_argument("--params", default="{}", help="the render params as a JSON object")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first (it registers kinds)",
+    )
+
+    add("spend", cmd_spend, "spend today and this week by kind and actor; counts", [one, as_json])
+
+    add("workers", cmd_workers, "the workers announced for this project", [one, as_json])
+
+    p = add(
+        "retry",
+        cmd_retry,
+        "run a failed or cancelled job again (or every one: --failed / --cancelled)",
+        [one, as_json],
+    )
+    p.add_argument("id", nargs="?", help="job id (or a unique prefix of one)")
+    p.add_argument("--failed", action="store_true", help="every failed job (with the filters)")
+    p.add_argument("--cancelled", action="store_true", help="every cancelled job")
+    p.add_argument("--kind", help="with --failed/--cancelled: only this kind")
+    p.add_argument(
+        "--since", metavar="WHEN", help="finished since WHEN: a time (ISO 8601) or an age (2h, 1d)"
+    )
+    p.add_argument(
+        "--approve", action="store_true", help="approve a cost at or over the approval threshold"
+    )
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first (its kind registrations set the retry policy)",
+    )
+
+    p = add(
+        "prune",
+        cmd_prune,
+        "delete finished jobs older than an age (their spend stays in the totals)",
+        [one, as_json],
+    )
+    p.add_argument(
+        "--older-than", type=_age, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m"
+    )
 
     p = add("summarize", cmd_summarize, "jobs of several projects, read-only", [one, as_json])
     p.add_argument("roots", nargs="*", metavar="ROOT", help="project folders (default: --project)")
@@ -532,6 +814,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="import MODULE first (it registers kinds)",
     )
     p.add_argument("--max-concurrent", type=_positive_int, help="bodies at once")
+    p.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help="INFO (default): a line per job start and end (kind, id, attempt, outcome, seconds)",
+    )
 
     db = sub.add_parser("db", help="database maintenance", description="database maintenance")
     db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND")

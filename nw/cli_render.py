@@ -181,15 +181,17 @@ class _Column:
     style: str = ""
 
 
+# The id stays at 80 columns and in a pipe (it is what show, cancel and retry
+# take); progress, %, stage and the note give way first.
 _COLUMNS = (
-    _Column("id", lambda j: short_id(j["job_id"]), 12, 12, 7, 9, style="dim"),
+    _Column("id", lambda j: short_id(j["job_id"]), 12, 12, 1, 9, style="dim"),
     _Column("job", lambda j: j.get("label") or j["kind"], 14, 32, 0, 1),
-    _Column("status", status_cell, 10, 10, 1, 9),
-    _Column("progress", lambda j: bar(j, width=16), 16, 16, 2, 9),
-    _Column("%", pct_text, 4, 4, 5, 9, justify="right"),
-    _Column("ETA", eta_text, 14, 22, 3, 2),
-    _Column("stage", stage_text, 10, 20, 6, 3),
-    _Column("cost", cost_text, 12, 13, 4, 0, justify="right"),
+    _Column("status", status_cell, 10, 10, 2, 9),
+    _Column("progress", lambda j: bar(j, width=16), 16, 16, 5, 9),
+    _Column("%", pct_text, 4, 4, 6, 9, justify="right"),
+    _Column("ETA", eta_text, 14, 22, 4, 2),
+    _Column("stage", stage_text, 10, 20, 7, 3),
+    _Column("cost", cost_text, 12, 13, 3, 0, justify="right"),
     _Column("note", lambda j: _note(j), 12, 60, 8, 4, style="dim"),
 )
 _PER_COLUMN = 3  # padding either side and a separator; the edges make it 3n - 1 in all
@@ -245,28 +247,91 @@ def _when(value: str | None) -> str:
         return value
 
 
-def job_detail(job: Mapping[str, Any], trail: list[Mapping[str, Any]] | None = None) -> Group:
-    """``nw-jobs show``: the fields a person asks about, then the progress trail."""
+_SECRET_KEY = ("secret", "token", "password", "api_key", "apikey", "credential")
+
+
+def shown_params(value: Any) -> Any:
+    """Params as ``show`` prints them: secrets never travel in params (they come
+    from the worker's environment), and a key that names one is masked anyway."""
+    if isinstance(value, Mapping):
+        return {
+            k: "***" if any(s in str(k).lower() for s in _SECRET_KEY) else shown_params(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [shown_params(v) for v in value]
+    return value
+
+
+def _json_text(value: Any) -> Text:
+    import json
+
+    return Text(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def cost_lines(job: Mapping[str, Any], quote: Mapping[str, Any] | None = None) -> list[str]:
+    """The cost in full: estimate, actual with its honesty flag, cache savings, the quote."""
+    cost = job.get("cost") or {}
+    estimated, actual = cost.get("estimated_usd"), cost.get("actual_usd")
+    lower = cost.get("actual_is_lower_bound")
+    lines = [f"estimated {'unknown' if estimated is None else usd(estimated)}"]
+    if actual is None:
+        lines.append("actual not reported" + (" (an unknown cost was billed)" if lower else ""))
+    else:
+        flag = {True: "a lower bound: an unpriced call billed", False: "exact"}.get(
+            lower, "exactness not reported"
+        )
+        lines.append(f"actual {usd(actual)} ({flag})")
+    saved = cost.get("cache_hit_savings_usd")
+    if saved:
+        lines.append(f"cache saved {usd(saved)}")
+    if quote:
+        frozen, today = quote.get("as_of_total_usd"), quote.get("total_usd")
+        lines.append(
+            f"plan quote: {'unknown' if frozen is None else usd(frozen)} when written (as_of),"
+            f" {'unknown' if today is None else usd(today)} at today's rates"
+            f" ({quote.get('status')})"
+        )
+    return lines
+
+
+def job_detail(
+    job: Mapping[str, Any],
+    trail: list[Mapping[str, Any]] | None = None,
+    *,
+    quote: Mapping[str, Any] | None = None,
+) -> Group:
+    """``nw-jobs show``: what a person asks about a job, then its attempts, its
+    progress trail, its params and result."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
+    actor = job.get("actor") or {}
+    live = job.get("status") in LIVE
     rows: list[tuple[str, Any]] = [
         ("id", job["job_id"]),
         ("label", job.get("label")),
         ("kind", job.get("kind")),
+        ("actor", " ".join(filter(None, [actor.get("id"), actor.get("handle")])) or None),
         ("status", status_cell(job)),
         ("grade", Text(job.get("grade") or "—", style=GRADE_STYLE.get(job.get("grade") or ""))),
         ("progress", Group(bar(job, width=30), Text(pct_text(job)))),
-        ("ETA", eta_text(job)),
+        ("ETA", eta_text(job)) if live else ("ran", duration(job.get("elapsed_s"))),
         ("stage", stage_text(job)),
-        ("cost", cost_text(job)),
+        ("cost", "\n".join(cost_lines(job, quote))),
         ("created", _when(job.get("created_at"))),
         ("started", _when(job.get("started_at"))),
         ("finished", _when(job.get("finished_at"))),
-        ("attempt", f"{job.get('attempt')}/{job.get('max_attempts')}"),
+        ("queue wait", duration(job.get("queue_wait_s"))),
+        ("attempt", f"{job.get('attempt')} of {job.get('max_attempts')}"),
     ]
+    if live and job.get("predicted_total_s") is not None:
+        rows.append(("predicted", f"{duration(job['predicted_total_s'])} in all"))
     if job.get("error"):
-        rows.append(("error", Text(str(job["error"]), style="red")))
+        kind = f" ({job['error_kind']})" if job.get("error_kind") else ""
+        rows.append(("error", Text(f"{job['error']}{kind}", style="red")))
+    if job.get("error_detail") is not None:
+        rows.append(("error detail", _json_text(job["error_detail"])))
     if job.get("artifact_ref"):
         rows.append(("artifact", job["artifact_ref"]))
     if job.get("worker_silent_s") is not None:
@@ -274,16 +339,93 @@ def job_detail(job: Mapping[str, Any], trail: list[Mapping[str, Any]] | None = N
     for name, value in rows:
         grid.add_row(name, value if value is not None else "—")
     parts: list[Any] = [grid]
+    attempts = job.get("attempts") or []
+    if attempts:
+        table = Table(title="attempts", box=box.SIMPLE, title_justify="left")
+        for name in ("#", "worker", "started", "ended", "why", "error"):
+            table.add_column(name, overflow="fold")
+        for a in attempts:
+            where = f"{a.get('host') or '?'} pid {a.get('pid') or '?'}"
+            table.add_row(
+                str(a.get("attempt")),
+                where,
+                _when(a.get("started_at")),
+                _when(a.get("ended_at")),
+                a.get("ended") or "running",
+                a.get("error") or "",
+            )
+        parts.append(table)
     if trail:
         steps = Table(title="progress trail", box=box.SIMPLE, title_justify="left")
         steps.add_column("time", style="dim")
         steps.add_column("%", justify="right")
-        steps.add_column("message")
-        for beat in trail[-15:]:
+        steps.add_column("stage")
+        steps.add_column("message", overflow="fold")
+        for beat in trail:
             ts = beat.get("ts")
             when = datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts else "—"
             pct = beat.get("pct")
-            message = beat.get("message") or stage_text({"progress": beat.get("stage") or {}})
-            steps.add_row(when, "—" if pct is None else f"{pct:.0f}", message)
+            stage = stage_text({"progress": beat.get("stage") or {}})
+            steps.add_row(
+                when, "—" if pct is None else f"{pct:.0f}", stage, beat.get("message") or ""
+            )
         parts.append(steps)
+    parts.append(Text("params", style="bold"))
+    parts.append(_json_text(shown_params(job.get("params") or {})))
+    if job.get("result") is not None:
+        parts.append(Text("result", style="bold"))
+        parts.append(_json_text(job["result"]))
     return Group(*parts)
+
+
+def totals_view(data: Mapping[str, Any], *, title: str | None = None) -> Group:
+    """``nw-jobs spend``: today and this week by kind and actor, then the counts."""
+    parts: list[Any] = []
+    if title:
+        parts.append(Text(title, style="bold"))
+    spend = data.get("spend") or {}
+    for window, name in (("today", "today (UTC)"), ("week", "the last 7 days")):
+        got = spend.get(window) or {}
+        figure = usd(float(got.get("usd") or 0.0))
+        parts.append(Text(f"{name}: {'≥ ' if got.get('lower_bound') else ''}{figure}"))
+        table = Table(box=box.SIMPLE, show_header=True, pad_edge=False)
+        table.add_column("by")
+        table.add_column("name")
+        table.add_column("spent", justify="right")
+        for by in ("kind", "actor"):
+            for key, value in sorted((got.get(f"by_{by}") or {}).items()):
+                table.add_row(by, key, usd(float(value)))
+        if table.row_count:
+            parts.append(table)
+    committed = data.get("committed")
+    if committed:
+        line = f"committed (what a budget counts): {usd(float(committed['total_usd']))}"
+        if committed.get("budget_usd") is not None:
+            line += f" of {usd(float(committed['budget_usd']))}"
+        parts.append(Text(line))
+    counts = data.get("counts") or {}
+    for name in ("by_status", "by_grade"):
+        got = counts.get(name) or {}
+        said = ", ".join(f"{k} {v}" for k, v in sorted(got.items())) or "none"
+        parts.append(Text(f"jobs {name.replace('_', ' ')}: {said}"))
+    return Group(*parts)
+
+
+def workers_table(workers: Iterable[Mapping[str, Any]], *, title: str | None = None) -> Table:
+    """``nw-jobs workers``: each announced process, live or lately lost."""
+    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", pad_edge=False)
+    for name in ("worker", "state", "busy", "kinds", "started", "last beat", "jobs"):
+        table.add_column(name, overflow="fold")
+    for w in workers:
+        state = Text(w["state"], style="green" if w["state"] == "live" else "red")
+        slots = w.get("slots")
+        table.add_row(
+            f"{w.get('host') or '?'} pid {w.get('pid') or '?'}",
+            state,
+            f"{w.get('busy', 0)}/{slots}" if slots else str(w.get("busy", 0)),
+            ", ".join(w.get("kinds") or []) or (w.get("role") or "—"),
+            _when(w.get("started_at")),
+            _when(w.get("last_beat_at")),
+            " ".join(short_id(j) for j in w.get("jobs") or []) or "—",
+        )
+    return table

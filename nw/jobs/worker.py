@@ -40,7 +40,7 @@ from nw.errors import InvalidSetting, NwJobsError
 from nw.jobs import credentials, kinds, outcome, recovery
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
-from nw.jobs.records import JobRow
+from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
 from nw.project import Project, as_project
@@ -84,6 +84,8 @@ class Worker:
         self._poker.setblocking(False)
         self.runtimes: list[Runtime] = []
         self._launches: dict[str, Launch] = {}
+        self._started: dict[str, tuple[str, int, float]] = {}
+        """Per running job: its kind, attempt in the run, and when it started (the log)."""
         self.stopped_back = 0
         self._count_lock = threading.Lock()
         """Jobs whose body stopped for the shutdown and went back to the queue."""
@@ -108,6 +110,17 @@ class Worker:
     def _released(self, job_id: str) -> None:
         launch = self._launches.pop(job_id, None)
         decided = launch.decided if launch is not None else None
+        started = self._started.pop(job_id, None)
+        if started is not None:
+            kind, attempt, at = started
+            log.info(
+                "end   %s %s attempt %s: %s in %.1fs",
+                kind,
+                job_id[:12],
+                attempt,
+                _said(decided),
+                time.monotonic() - at,
+            )
         if decided is not None and decided.requeued and self.stopping.is_set():
             with self._count_lock:  # pool threads release concurrently
                 self.stopped_back += 1  # stopped at a boundary, put back in the queue
@@ -233,6 +246,9 @@ class Worker:
             cancel_on_timeout=spec.cancel_on_timeout,
         )
         self._launches[rec["job_id"]] = launch
+        attempt = attempt_in_run(rec)
+        self._started[rec["job_id"]] = (rec["kind"], attempt, time.monotonic())
+        log.info("start %s %s attempt %s", rec["kind"], rec["job_id"][:12], attempt)
         rt.run_claimed(row, launch)
 
     def run(self) -> int:
@@ -301,6 +317,25 @@ class Worker:
         self._poke()
 
 
+def _said(decided: outcome.Outcome | None) -> str:
+    """How an attempt ended, for the per-job log line."""
+    if decided is None:
+        return "failed to launch"
+    if decided.requeued:
+        return "requeued"
+    return {
+        ComputationStatus.COMPLETED: "succeeded",
+        ComputationStatus.CANCELLED: "cancelled",
+    }.get(decided.au_status, "failed")
+
+
+NO_KINDS = (
+    "nw-jobs worker: no kinds to run. Register some: --import MODULE (a module that"
+    " calls nw.jobs.register_kind; the current folder is searched), or an"
+    " `nw.jobs.kinds` entry point in an installed package"
+)
+
+
 def _project_of(rt: Runtime, worker: Worker) -> Project:
     return worker.projects[worker.runtimes.index(rt)]
 
@@ -333,9 +368,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="SECONDS",
         help="how long SIGTERM waits for running bodies (default 30)",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        help="INFO (default) logs one line per job start and end; WARNING only problems",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    here = os.getcwd()  # --import finds a module in the current folder, as uvicorn does
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     for module in args.imports:
         try:
             importlib.import_module(module)
@@ -360,6 +402,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker = Worker(projects, config=config, secrets=secrets)
     except NwJobsError as exc:  # a setting, a project or a --secrets target: one line
         print(f"nw-jobs worker: {exc}", file=sys.stderr)
+        return 2
+    if not worker.kinds():  # it would wait forever for jobs it can never claim
+        print(NO_KINDS, file=sys.stderr)
+        for rt in worker.runtimes:  # nothing ran: unregister and go
+            rt.close(wait=False)
+        worker._listener.close()
         return 2
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)

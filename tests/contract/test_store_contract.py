@@ -697,3 +697,163 @@ def test_a_read_only_handle_refuses_writes(store, reader):
     with pytest.raises(JobStoreError):
         reader.patch(a, {"x": 1}, attempt=None)
     reader.close()
+
+
+# ----- history: pages, attempts, prune, totals, metrics ------------------------------------
+def test_the_grade_filter_agrees_with_to_job_for_every_ending(store):
+    from nw.jobs.records import outcome_of
+
+    # Given one job for every way a job can end (and a live one)
+    endings = [
+        ("completed", False, {}, {"ok": 1}),  # ok
+        ("completed", False, {}, []),  # warning: empty result
+        ("completed", True, {"error_kind": "cancelled"}, {"ok": 1}),  # notice
+        ("failed", False, {"error": "boom", "error_kind": "crashed"}, None),  # error
+        ("failed", False, {"error": "no", "error_kind": "refused"}, None),  # warning
+        ("cancelled", True, {"error": "cancelled on request", "error_kind": "cancelled"}, None),
+        (
+            "cancelled",
+            True,
+            {
+                "error": "worker lost before the body stopped; cancelled on request",
+                "error_kind": "cancelled",
+            },
+            None,
+        ),
+        ("cancelled", False, {"error": "worker lost; x", "error_kind": "crashed"}, None),
+        ("running", False, {}, None),  # live: no grade
+    ]
+    expected: dict[str | None, set[str]] = {}
+    for n, (au, cancel, fields, value) in enumerate(endings):
+        job_id = jid()
+        live = au == "running"
+        store.put_record(
+            record(
+                job_id,
+                at=T0 + n,
+                cancel_requested=cancel,
+                started_at=T0 + n,
+                finished_at=None if live else T0 + 99,
+                **fields,
+            )
+        )
+        store.put_status(job_id, ComputationResult(value, ComputationStatus(au)))
+        expected.setdefault(outcome_of(store.get(job_id))[2], set()).add(job_id)
+    assert set(expected) == {"ok", "warning", "notice", "error", None}
+    # Then each grade filter returns exactly the jobs that read with that grade
+    for grade in ("ok", "notice", "warning", "error"):
+        got = {r.record["job_id"] for r in store.page(grade=grade, limit=100)}
+        assert got == expected[grade], grade
+    # And the counts agree with them, by status and grade
+    counted = {(r["state"], r["grade"]): r["n"] for r in store.counts()}
+    assert sum(counted.values()) == len(endings)
+    assert sum(n for (_, g), n in counted.items() if g == "error") == len(expected["error"])
+
+
+def test_a_cursor_walks_every_job_once_whatever_the_ties(store):
+    # Given jobs created at three instants, several at each (ties broken by id)
+    ids = [
+        store.create(record(at=T0 + i // 3), claimable=True)[0].record["job_id"] for i in range(8)
+    ]
+    order = [r.record["job_id"] for r in store.page(limit=100)]
+    assert sorted(order) == sorted(ids)
+    # When walking three at a time from each page's last job
+    walked, cursor = [], None
+    while True:
+        page = store.page(before=cursor, limit=3)
+        walked += [r.record["job_id"] for r in page]
+        if len(page) < 3:
+            break
+        last = page[-1].record
+        cursor = (last["created_at"], last["job_id"])
+    # Then every job comes once, newest first, as one page shows them
+    assert walked == order
+
+
+def test_page_filters_by_kind_and_label_text_together_with_the_others(store):
+    a = store.create(record(kind="paint", at=T0, label="Cover Art"), claimable=True)[0]
+    store.create(record(kind="paint", at=T0 + 1, label="Back page"), claimable=True)
+    c = store.create(record(kind="voice", at=T0 + 2, label="cover voice"), claimable=True)[0]
+    store.create(record(kind="voice", at=T0 + 3, actor={"id": "u1"}, label="x"), claimable=True)
+
+    def ids(**filters):
+        return [r.record["job_id"] for r in store.page(limit=100, **filters)]
+
+    assert ids(q="COVER") == [c.record["job_id"], a.record["job_id"]]
+    assert ids(kind="paint", q="cover") == [a.record["job_id"]]
+    assert len(ids(kind="voice")) == 2 and ids(kind="voice", actor_id="u1", q="cover") == []
+    assert (
+        ids(kind="paint", status="running") == [] and len(ids(kind="paint", status="queued")) == 2
+    )
+    assert ids(q="100%") == []  # a LIKE wildcard is a character like any other
+
+
+def test_a_claim_records_the_attempt_with_the_runners_host_and_pid(store):
+    (job_id,) = queued(store)
+    store.register_runner("w1", {"role": "worker", "host": "h1", "pid": 42}, now=T0)
+    (row,) = store.claim(["render"], now=T0 + 10, runner_id="w1")
+    assert row.record["attempts"] == [
+        {
+            "attempt": 1,
+            "lease": 1,
+            "runner_id": "w1",
+            "host": "h1",
+            "pid": 42,
+            "started_at": T0 + 10,
+        }
+    ]
+    store.requeue(job_id, fields={}, not_before=T0, attempt=1)
+    (again,) = store.claim(["render"], now=T0 + 20, runner_id="w2")  # not announced
+    second = again.record["attempts"][1]
+    assert second["attempt"] == 2 and second["lease"] == 2 and second["host"] is None
+
+
+def test_prune_keeps_spend_and_counts_and_leaves_live_jobs(store):
+    # Given finished jobs that spent, one old enough to prune, and a live one
+    old, new, live = queued(store, 3)
+    store.claim(["render"], now=T0 + 10, runner_id="w", limit=2)
+    for job_id, at, usd in ((old, T0 + 20, 1.25), (new, T0 + 5000, 0.5)):
+        store.finish(
+            job_id,
+            au_status=ComputationStatus.COMPLETED,
+            result={"ok": True},
+            error=None,
+            fields={"finished_at": at, "actual_usd": usd, "actual_is_lower_bound": False},
+            attempt=1,
+        )
+    store.append_progress(old, {"ts": T0 + 15, "pct": 50.0}, attempt=1)
+    spend, counts = store.spend(), _by_key(store.counts())
+    week = store.spend_since(since=T0, today=T0 + 4000)
+    # When pruning what finished before T0 + 1000
+    assert store.prune(cutoff=T0 + 1000) == 1
+    # Then that job is gone (record, status, trail), the others are there,
+    # and spend, counts and the week's spend read the same
+    assert store.get(old) is None and store.get_status(old) is None
+    assert store.progress(old, limit=10) == []
+    assert store.get(new) is not None and store.get(live).status.value == "queued"
+    assert store.spend() == spend
+    assert _by_key(store.counts()) == counts  # the pruned job is counted in the rollup
+    assert _usd(store.spend_since(since=T0, today=T0 + 4000)) == _usd(week) == 1.75
+    assert store.prune(cutoff=T0 + 1000) == 0  # nothing left to prune, nothing doubled
+    assert store.spend() == spend
+
+
+def _by_key(rows):
+    out: Counter = Counter()
+    for r in rows:
+        out[(r["state"], r["grade"])] += r["n"]
+    return out
+
+
+def _usd(rows):
+    return round(sum(r["usd"] for r in rows), 6)
+
+
+def test_durations_count_finished_jobs_that_ran_by_kind(store):
+    a, b = queued(store, 2)
+    queued(store, kind="other")  # never ran: not counted
+    store.claim(["render"], now=T0 + 10, runner_id="w", limit=2)
+    finish_ok(store, a, 1, at=T0 + 12)  # 2 s
+    finish_ok(store, b, 1, at=T0 + 50)  # 40 s
+    got = store.durations([5.0, 60.0])
+    assert got == {"render": {"count": 2, "seconds": 42.0, "buckets": {5.0: 1, 60.0: 2}}}
