@@ -8,12 +8,15 @@ raw HTTP/1.1 from one asyncio process (no client library in the way):
 
 1. ``--pollers`` clients each send ``GET /api/jobs?limit=50`` back to back on a
    kept-alive connection for ``--seconds``: requests per second, p50, p99, errors.
+   Then again with a query no one asked before on every request (an ignored
+   ``n=`` parameter), so no kept answer serves it: the cost of a page itself.
 2. ``--trays`` event streams (``/api/summary/events``, what an open tray holds)
    are opened; with nothing happening, the server's CPU is read from
    ``/proc/<pid>/stat`` over ``--idle-seconds`` (percent of one core).
 3. With the trays open, a writer process enqueues one instant job a second
-   while the pollers run again: their figures, and for each new job how long
-   until every tray's stream carried its id (the worst tray per job).
+   while the pollers run again (same page, then a new page each): their
+   figures, and for each new job how long until every tray's stream carried
+   its id (the worst tray per job).
 
 ``--before DIR``: run the same bench against another checkout (its ``nw``
 package serves, populates and writes; e.g. ``git archive <commit> | tar -x -C
@@ -111,13 +114,16 @@ async def get(reader, writer, port: int, path: str) -> tuple[int, bytes]:
     return status, body
 
 
-async def poll(port: int, until: float, lat: list[float], errors: list[str]) -> None:
+async def poll(port: int, until: float, lat: list[float], errors: list[str], bust: bool) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         while time.monotonic() < until:
             t = time.perf_counter()
+            # bust: a query no one asked before (an ignored parameter), so no kept
+            # answer can serve it: what reading, projecting and encoding a page costs.
+            path = f"/api/jobs?limit=50&n={len(lat)}-{id(writer)}" if bust else "/api/jobs?limit=50"
             try:
-                status, _ = await get(reader, writer, port, "/api/jobs?limit=50")
+                status, _ = await get(reader, writer, port, path)
             except (OSError, asyncio.IncompleteReadError) as exc:
                 errors.append(repr(exc))
                 writer.close()
@@ -130,11 +136,11 @@ async def poll(port: int, until: float, lat: list[float], errors: list[str]) -> 
         writer.close()
 
 
-async def pollers(port: int, n: int, seconds: float) -> dict:
+async def pollers(port: int, n: int, seconds: float, *, bust: bool = False) -> dict:
     lat: list[float] = []
     errors: list[str] = []
     until = time.monotonic() + seconds
-    await asyncio.gather(*(poll(port, until, lat, errors) for _ in range(n)))
+    await asyncio.gather(*(poll(port, until, lat, errors, bust) for _ in range(n)))
     q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [float("nan")] * 99
     return {
         "req_s": len(lat) / seconds,
@@ -196,6 +202,9 @@ class Tray:
 async def measure(port: int, pid: int, args, root: str, env: dict) -> dict:
     out: dict = {}
     out["pollers alone"] = await pollers(port, args.pollers, args.seconds)
+    out["pollers alone, a new page each"] = await pollers(
+        port, args.pollers, args.seconds, bust=True
+    )
     stop = asyncio.Event()
     trays = [Tray(port) for _ in range(args.trays)]
     tasks = [asyncio.ensure_future(t.run(stop)) for t in trays]
@@ -205,7 +214,7 @@ async def measure(port: int, pid: int, args, root: str, env: dict) -> dict:
     before, t0 = cpu_ticks(pid), time.monotonic()
     await asyncio.sleep(args.idle_seconds)
     out["idle cpu %"] = (cpu_ticks(pid) - before) / TICKS / (time.monotonic() - t0) * 100
-    count = max(int(args.seconds), 1)
+    count = max(int(2 * args.seconds), 1)  # a change a second through both poller phases
     writer = await asyncio.create_subprocess_exec(
         sys.executable, str(HERE), "--write", root, str(count),
         stdout=asyncio.subprocess.PIPE, env=env,
@@ -220,21 +229,25 @@ async def measure(port: int, pid: int, args, root: str, env: dict) -> dict:
             written[job_id] = float(at)
 
     reading = asyncio.ensure_future(read_writer())
+    phase_a = time.time()
     out["pollers + trays + changes"] = await pollers(port, args.pollers, args.seconds)
+    phase_b = time.time()
+    out["same, a new page each"] = await pollers(port, args.pollers, args.seconds, bust=True)
     await writer.wait()
     await reading
     await asyncio.sleep(3)  # the last change's deadline
-    worst = []
+    worst: dict[str, list[float]] = {"same page": [], "new page each": []}
     missed = 0
     for job_id, at in written.items():
         delays = [t.seen[job_id] - at for t in trays if t.failed is None and job_id in t.seen]
         missed += sum(1 for t in trays if t.failed is None and job_id not in t.seen)
-        if delays:
-            worst.append(max(delays))
+        if delays and at >= phase_a:
+            worst["same page" if at < phase_b else "new page each"].append(max(delays))
     out["changes"] = len(written)
-    out["worst tray delay s (median, max)"] = (
-        (statistics.median(worst), max(worst)) if worst else (float("nan"), float("nan"))
-    )
+    for phase, delays in worst.items():
+        out[f"worst tray delay s, {phase} (median, max)"] = (
+            (statistics.median(delays), max(delays)) if delays else (float("nan"),) * 2
+        )
     out["tray misses (within 3 s)"] = missed
     out["trays failed"] = sum(1 for t in trays if t.failed is not None)
     stop.set()

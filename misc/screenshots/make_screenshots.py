@@ -1,4 +1,4 @@
-"""Regenerate ``misc/screenshots/demo.png`` and ``misc/screenshots/tray.png``.
+"""Regenerate the pictures in ``misc/screenshots/``: demo, tray, narrow, detail.
 
     PYTHONPATH=. python misc/screenshots/make_screenshots.py
 
@@ -10,6 +10,8 @@ cancellation, a refusal, a lower-bound cost), recorded by rich as SVG and
 rendered to PNG by headless Chromium. tray.png: the web tray over that
 project's history plus a few live jobs (a learned ETA, an observed one, one
 still estimating, one with an unpriced call), captured through Selenium.
+narrow.png: that tray 420 px wide. detail.png: the learned job's own view
+(``#job=<id>``) while it runs.
 """
 
 from __future__ import annotations
@@ -201,6 +203,22 @@ def tray_png(root: Path, out: Path, work: Path) -> None:
             driver.set_window_size(1100, min(int(height) + 20, 1150))
             time.sleep(0.3)
             driver.save_screenshot(str(out))
+            # The same tray on a phone-sized window: nothing is cut off or scrolls sideways.
+            driver.set_window_size(420, 1150)
+            time.sleep(0.6)
+            driver.save_screenshot(str(out.with_name("narrow.png")))
+            # The running job's own view: live bar and ETA, attempts, trail, cost, params.
+            driver.set_window_size(1100, 1150)
+            driver.get(f"{url}/#job={learned.job_id}")
+            wait_until(
+                lambda: driver.find_elements("css selector", "#detail table.trail"),
+                what="the job's view with its trail",
+            )
+            time.sleep(1.2)  # the trail and a live event drawn
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            driver.set_window_size(1100, min(int(height) + 20, 1600))
+            time.sleep(0.4)
+            driver.save_screenshot(str(out.with_name("detail.png")))
     finally:
         driver.quit()
         stop.set()
@@ -218,7 +236,7 @@ def main() -> None:
         tray_png(root, HERE / "tray.png", work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"wrote {HERE / 'demo.png'} and {HERE / 'tray.png'}")
+    print(f"wrote demo.png, tray.png, narrow.png and detail.png in {HERE}")
 
 
 if __name__ == "__main__":

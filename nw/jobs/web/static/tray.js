@@ -714,6 +714,7 @@ async function refreshTrail(jobId, force) {
 async function loadQuote(job) {
   if (!job.params || !job.params.plan) return;
   const params = new URLSearchParams({ kind: job.kind, params: JSON.stringify(job.params) });
+  if (job.project) params.set("project", job.project);
   try {
     const body = await api(`api/estimate?${params}`);
     if (detailId !== job.job_id) return;
