@@ -10,8 +10,8 @@ cancellation, a refusal, a lower-bound cost), recorded by rich as SVG and
 rendered to PNG by headless Chromium. tray.png: the web tray over that
 project's history plus a few live jobs (a learned ETA, an observed one, one
 still estimating, one with an unpriced call), captured through Selenium.
-narrow.png: that tray 420 px wide. detail.png: the learned job's own view
-(``#job=<id>``) while it runs.
+narrow.png: that tray 420 px wide. detail.png: the failed narration's own
+view (``#job=<id>``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from rich.console import Console  # noqa: E402
 
 from nw import Project  # noqa: E402
 from nw.demo import DEMO_CONFIG, DemoRun, frame, next_run_number, pipeline, run_demo  # noqa: E402
-from nw.jobs import JobCancelled, cancel_job, enqueue, get_job, to_dict  # noqa: E402
+from nw.jobs import JobCancelled, cancel_job, enqueue, get_job, list_jobs, to_dict  # noqa: E402
 from nw.jobs.runtime import shutdown_runtimes  # noqa: E402
 from tests.helpers import HEADLESS_CHROMIUM_FLAGS, wait_until  # noqa: E402
 
@@ -206,10 +206,14 @@ def tray_png(root: Path, out: Path, work: Path) -> None:
             # The same tray on a phone-sized window: nothing is cut off or scrolls sideways.
             driver.set_window_size(420, 1150)
             time.sleep(0.6)
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            driver.set_window_size(420, min(int(height) + 20, 2200))
+            time.sleep(0.4)
             driver.save_screenshot(str(out.with_name("narrow.png")))
-            # The running job's own view: live bar and ETA, attempts, trail, cost, params.
+            # A failed job's own view: error, grade, attempts, trail, cost, params, Retry.
+            failed = list_jobs(project, status="failed", limit=1, config=DEMO_CONFIG)[0]
             driver.set_window_size(1100, 1150)
-            driver.get(f"{url}/#job={learned.job_id}")
+            driver.get(f"{url}/#job={failed.job_id}")
             wait_until(
                 lambda: driver.find_elements("css selector", "#detail table.trail"),
                 what="the job's view with its trail",

@@ -300,7 +300,7 @@ function spendLine(title, s) {
   box.append(el("span", "what", title), el("b", "usd", amount));
   const parts = [];
   for (const [name, map] of [["kind", s && s.by_kind], ["actor", s && s.by_actor]]) {
-    const entries = Object.entries(map || {}).sort((a, b) => b[1] - a[1]);
+    const entries = Object.entries(map || {}).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
     if (entries.length) {
       parts.push(`by ${name}: ` + entries.slice(0, 4).map(([k, v]) => `${k} ${usd(v)}`).join(", "));
     }
