@@ -406,3 +406,35 @@ def _alert(browser):
         return alert
     except NoAlertPresentException:
         return None
+
+
+def test_the_page_works_mounted_under_a_prefix(browser, project):
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from nw.jobs.web import create_app
+    from tests.web.server import serving
+
+    # Given the app mounted at /jobs inside another app, with a finished job
+    job = finished(
+        project,
+        enqueue(project, "panel.render", {"title": "Mounted"}, dispatch={"panel.render": done}),
+    )
+    inner = create_app([project], poll_interval_s=0.2)
+    outer = Starlette(routes=[Mount("/ops/jobs", app=inner)])
+    outer.state.closing = inner.state.closing  # so the test server ends the streams
+    with serving(outer) as url:
+        # When a person opens the tray there and clicks the job's row
+        browser.get(url + "/ops/jobs/")
+        settled(
+            lambda: one(browser, f'#recent li[data-job-id="{job.job_id}"] .note').click() or True,
+            "a click on the row",
+        )
+        # Then the job's view loads from the prefixed API, at a prefixed address
+        one(browser, f'#detail[data-job-id="{job.job_id}"][data-status="succeeded"]')
+        assert browser.current_url == f"{url}/ops/jobs/#job={job.job_id}"
+        # and so do the history and the workers panel
+        browser.get(url + "/ops/jobs/#history")
+        one(browser, f'#history li[data-job-id="{job.job_id}"]')
+        browser.get(url + "/ops/jobs/#workers")
+        one(browser, '.worker[data-state="live"]', "this process, which ran the job, as a worker")
