@@ -438,3 +438,46 @@ def test_the_page_works_mounted_under_a_prefix(browser, project):
         one(browser, f'#history li[data-job-id="{job.job_id}"]')
         browser.get(url + "/ops/jobs/#workers")
         one(browser, '.worker[data-state="live"]', "this process, which ran the job, as a worker")
+
+
+def test_a_retry_the_cost_gate_holds_asks_for_approval_first(browser, project):
+    from nw.jobs.web import create_app
+    from tests.web.server import serving
+
+    # Given a project under a budget, and a failed job with no price: under a
+    # cap, the gate runs an unpriced job only when someone approves it
+    budget = JobsConfig(budget_usd=10.0)
+    register_kind("t.noop", "tests.fixtures.bodies:noop")
+    costly = enqueue(
+        project,
+        "t.noop",
+        {"title": "Unpriced render"},
+        dispatch={"t.noop": fails},
+        approved=True,
+        config=budget,
+    )
+    finished(project, costly, budget)
+    try:
+        with serving(create_app([project], config=budget, poll_interval_s=0.2)) as url:
+            browser.get(f"{url}/#job={costly.job_id}")
+            one(browser, f'#detail[data-job-id="{costly.job_id}"][data-status="failed"]')
+            # When a person clicks Retry, the gate's question is theirs to answer
+            one(browser, "#detail button.retry").click()
+            wait_until(lambda: _alert(browser), what="the approval question").dismiss()
+            # Saying no leaves the job failed, and says so
+            settled(
+                lambda: "Not retried" in one(browser, "#detail-message").text,
+                "the page to say it was not retried",
+            )
+            assert get_job(project, costly.job_id, config=budget).status == "failed"
+            # Saying yes queues it again, approved
+            one(browser, "#detail button.retry").click()
+            wait_until(lambda: _alert(browser), what="the approval question").accept()
+            wait_until(
+                lambda: get_job(project, costly.job_id, config=budget).status == "queued",
+                what="the job to be queued again",
+            )
+            one(browser, f'#detail[data-job-id="{costly.job_id}"][data-status="queued"]')
+    finally:
+        unregister_kind("t.noop")
+        cancel_job(project, costly.job_id, config=budget)

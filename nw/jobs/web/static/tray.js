@@ -107,6 +107,7 @@ async function api(path, options) {
   if (!res.ok) {
     const err = new Error(body.error || res.statusText);
     err.status = res.status;
+    err.body = body;
     throw err;
   }
   return body;
@@ -773,9 +774,10 @@ async function retry(job, button) {
     try {
       again = await send(false);
     } catch (err) {
-      if (err.status !== 402) throw err;
-      // The cost gate asks for approval (or the budget is spent): ask the person.
-      if (!window.confirm(`${err.message}\n\nRun it again anyway?`)) {
+      // The cost gate wants an approval: ask the person. (A spent budget is a 402
+      // too, but no approval lifts it: that is said, not asked.)
+      if (err.status !== 402 || !(err.body || {}).needs_approval) throw err;
+      if (!window.confirm(`${err.message}\n\nApprove the cost and run it again?`)) {
         message.textContent = `Not retried: ${err.message}`;
         button.disabled = false;
         return;
