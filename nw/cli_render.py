@@ -28,7 +28,9 @@ STATUS_STYLE = {
     "succeeded": "green",
     "failed": "red",
     "cancelled": "blue",
+    "worker lost": "bold yellow",
 }
+WORKER_LOST = "worker lost"
 GRADE_STYLE = {"ok": "green", "notice": "blue", "warning": "yellow", "error": "bold red"}
 LIVE = ("queued", "running", "cancelling")
 
@@ -118,6 +120,15 @@ def outcome_text(job: Mapping[str, Any]) -> str:
     return ""
 
 
+def state_text(job: Mapping[str, Any]) -> str:
+    """The status, or "worker lost" for a live job whose worker the liveness
+    predicate says is dead (it is about to be requeued or failed)."""
+    status = str(job.get("status"))
+    if status in ("running", "cancelling") and job.get("worker_responsive") is False:
+        return WORKER_LOST
+    return status
+
+
 def short_id(job_id: str) -> str:
     return job_id[:12]
 
@@ -127,7 +138,7 @@ def plain_line(job: Mapping[str, Any]) -> str:
     bits = [
         f"{short_id(job['job_id'])}",
         f"{job.get('label') or job.get('kind')}",
-        f"{job.get('status')}",
+        state_text(job),
         pct_text(job),
         eta_text(job),
         f"stage {stage_text(job)}",
@@ -142,7 +153,7 @@ def plain_line(job: Mapping[str, Any]) -> str:
 
 
 def status_cell(job: Mapping[str, Any]) -> Text:
-    status = str(job.get("status"))
+    status = state_text(job)
     style = GRADE_STYLE.get(job.get("grade") or "", STATUS_STYLE.get(status, ""))
     return Text(status, style=style)
 

@@ -10,6 +10,7 @@ import nw
 from nw.jobs import JobsConfig
 from nw.jobs.runtime import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
+from tests.helpers import strict_skips
 
 POSTGRES_URL = os.environ.get("NW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("NW_REQUIRE_POSTGRES") == "1"
@@ -95,6 +96,27 @@ def postgres_job_count(project) -> int:
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
+# ----- under NW_REQUIRE_POSTGRES=1 / NW_REQUIRE_BROWSER=1 (CI) nothing may be skipped ----
+def _skip_is_a_failure(report) -> None:
+    if report.skipped and not hasattr(report, "wasxfail") and strict_skips():
+        where = report.longrepr
+        reason = where[2] if isinstance(where, tuple) and len(where) == 3 else str(where)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under NW_REQUIRE_POSTGRES/NW_REQUIRE_BROWSER: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _skip_is_a_failure(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield  # a module-level skip (importorskip) is a collection report
+    _skip_is_a_failure(outcome.get_result())
+
+
 @pytest.fixture(autouse=True)
 def _fresh_process_state(monkeypatch):
     """Each test starts with no runtimes, no kept store handles, no env URL."""
@@ -138,6 +160,8 @@ class Gate:
     def __init__(self):
         self.started = threading.Event()
         self.release = threading.Event()
+        self.cancelled = threading.Event()
+        """Set when the body saw ``should_cancel()`` and stopped at its boundary."""
         self.calls = 0
 
     def __call__(self, project, params, *, should_cancel, on_event):
@@ -147,6 +171,7 @@ class Gate:
         self.started.set()
         while not self.release.wait(0.01):
             if should_cancel():
+                self.cancelled.set()
                 raise JobCancelled("stopped at a boundary")
         on_event({"stage_index": 1, "stage_count": 1})
         return {"ok": True}

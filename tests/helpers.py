@@ -32,6 +32,12 @@ def wait_until(
 
 REPO = str(Path(__file__).resolve().parents[1])
 
+
+def strict_skips() -> bool:
+    """Under ``NW_REQUIRE_POSTGRES=1`` or ``NW_REQUIRE_BROWSER=1`` no test may be skipped."""
+    return "1" in (os.environ.get("NW_REQUIRE_POSTGRES"), os.environ.get("NW_REQUIRE_BROWSER"))
+
+
 #: Headless Debian chromium, as this machine allows it (no background networking).
 HEADLESS_CHROMIUM_FLAGS = (
     "--headless",

@@ -32,3 +32,31 @@ def stop_workers(procs):
         p.terminate()
     for p in procs:
         p.wait(30)
+
+
+def hold(project, params, *, should_cancel):
+    """Runs until cancelled or ``seconds`` pass (the orphan benchmark kills its worker)."""
+    import time
+
+    deadline = time.monotonic() + float(params.get("seconds", 60))
+    while time.monotonic() < deadline and not should_cancel():
+        time.sleep(0.05)
+    return {"held": True}
+
+
+register_kind("bench.hold", "bench_bodies:hold", retryable=True, max_attempts=3)
+register_kind("bench.hold_once", "bench_bodies:hold")
+
+
+def spin(project, params):
+    """Pure-Python busy work for ``seconds``: holds the GIL between switch intervals."""
+    import time
+
+    deadline = time.monotonic() + float(params.get("seconds", 10))
+    n = 0
+    while time.monotonic() < deadline:
+        n += sum(i * i for i in range(1000))
+    return {"n": n}
+
+
+register_kind("bench.spin", "bench_bodies:spin")

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs import eta, ids, kinds, liveness
+from nw.jobs import eta, ids, kinds, liveness, recovery
 from nw.jobs.costing import Quote, quote_for
 from nw.jobs.facade import ProjectLike, _could_name_a_job, _reader
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, Job, JobsConfig
@@ -273,8 +273,10 @@ def workers(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> lis
     """Every process announced as running bodies for the project: a worker, or
     an app running in-process jobs (``role``), with its host, pid, kinds, slots
     and how many are busy, when it started and last beat, its jobs now, and
-    ``state``: ``live``, or ``lost`` when its beat is stale (listed for
-    ``LOST_KEPT_S`` after its last beat, then left out). Live first, then by start."""
+    ``state``: ``live``, or ``lost`` by the reaper's predicate
+    (``liveness.worker_alive``: silent past ``worker_stale_s`` while others
+    beat, or proved gone; listed for ``LOST_KEPT_S`` after its last beat, then
+    left out). Live first, then by start."""
     store, _ = _reader(as_project(project), config)
     if store is None:
         return []
@@ -284,9 +286,11 @@ def workers(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> lis
         if row.status.value in ("running", "cancelling") and row.record.get("runner_id"):
             held.setdefault(row.record["runner_id"], []).append(row.record["job_id"])
     out = []
+    seen = recovery.workers_seen(store)  # the reaper's own view: beats and proof of death
     for r in store.runners():
         beat = float(r["beat_at"])
-        alive = runner_alive(beat, now, config)
+        who = seen.get(r["runner_id"])
+        alive = who is not None and liveness.worker_alive(who, now, config)
         if not alive and now - beat > LOST_KEPT_S:
             continue
         jobs = held.get(r["runner_id"], [])
@@ -308,11 +312,6 @@ def workers(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> lis
         )
     out.sort(key=lambda w: (w["state"] != "live", w["started_at"] or "", w["runner_id"]))
     return out
-
-
-def runner_alive(beat_at: float, now: float, config: JobsConfig) -> bool:
-    """A runner is alive while its beat is fresh (the reaper's own threshold)."""
-    return now - beat_at < config.heartbeat_stale_s
 
 
 def _iso(ts: Any) -> str | None:

@@ -190,7 +190,8 @@ def enqueue(
         except BaseException as exc:  # e.g. the runtime is shutting down
             _fail_unlaunched(store, row, exc, config)
             raise
-    return to_job(row, config.clock(), config)
+    worker = None if created else _worker(store, row)
+    return to_job(row, config.clock(), config, worker)
 
 
 def _dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> bool:
@@ -218,14 +219,16 @@ def _read(
     row: JobRow,
     rt: LocalRuntimes | None,
     config: JobsConfig,
-    beats: dict[str, float] | None = None,
+    workers: recovery.Workers | None = None,
 ) -> Job:
     """Project one row for a per-project view: reap a dead worker's job, keep pct monotonic."""
     now = config.clock()
     holds = rt.holds if rt is not None else (lambda _id: False)
+    if workers is None:  # a finished job has no worker to ask about: no read
+        workers = recovery.workers_seen(store) if row.status in ACTIVE_STATUSES else {}
     if not store.read_only:
-        row = recovery.maybe_reap(store, row, now, config, holds, beats)
-    job = to_job(row, now, config)
+        row = recovery.maybe_reap(store, row, now, config, holds, workers)
+    job = to_job(row, now, config, recovery.worker_of(row, workers))
     floor = row.record.get("pct_floor")
     if (
         not store.read_only
@@ -235,6 +238,19 @@ def _read(
     ):
         store.patch(job.job_id, {"pct_floor": job.pct}, attempt=None)
     return job
+
+
+def stores_to_reap(
+    projects: Iterable[ProjectLike], config: JobsConfig
+) -> list[tuple[JobStore, Callable[[str], bool]]]:
+    """Each project's store that exists, with what this process holds of it
+    (for a ``reaper.ReaperThread``: a server keeps its projects reaped)."""
+    out = []
+    for proj in projects:
+        store, rt = _reader(as_project(proj), config)
+        if store is not None:
+            out.append((store, rt.holds if rt is not None else (lambda _id: False)))
+    return out
 
 
 def get_job(
@@ -279,12 +295,35 @@ def list_jobs(
     if store is None:
         return []
     cursor = _cursor(store, before)
-    rows = store.page(
-        status=status, actor_id=actor, kind=kind, grade=grade, q=q, before=cursor, limit=limit
-    )
-    # Queued in-process jobs are alive while their owner beats: read the beats once.
-    beats = recovery.runner_beats(store) if any(map(recovery.owned_queued, rows)) else None
-    return [_read(store, row, rt, config, beats) for row in rows]
+    # A read that reaps moves jobs out of the status asked for (running -> queued
+    # or failed): read the page again until it holds only that status, so a page
+    # neither lies nor comes back short. Each round reaps what it found, so the
+    # rounds are few; the bound only guards against a store that keeps changing.
+    for _ in range(_REREADS):
+        rows = store.page(
+            status=status, actor_id=actor, kind=kind, grade=grade, q=q, before=cursor, limit=limit
+        )
+        workers = _workers_for(store, rows)
+        page = [_read(store, row, rt, config, workers) for row in rows]
+        if status is None or all(job.status == status for job in page):
+            return page
+    return [job for job in page if job.status == status]
+
+
+_REREADS = 10
+
+
+def _workers_for(store: JobStore, rows: list[JobRow]) -> recovery.Workers:
+    """The announced workers, read once for a page (not at all for a finished one)."""
+    live = any(row.status in ACTIVE_STATUSES for row in rows)
+    return recovery.workers_seen(store) if live else {}
+
+
+def _worker(store: JobStore, row: JobRow) -> Any:
+    """The job's worker process as the store announces it (None for a finished job)."""
+    if row.status not in ACTIVE_STATUSES:
+        return None
+    return recovery.worker_of(row, recovery.workers_seen(store))
 
 
 def cancel_job(
@@ -302,7 +341,7 @@ def cancel_job(
         return None
     if rt is not None:
         rt.local_cancel(job_id)
-    return to_job(row, config.clock(), config)
+    return to_job(row, config.clock(), config, _worker(store, row))
 
 
 def summarize(
@@ -320,10 +359,9 @@ def summarize(
     if store is None:
         return []
     try:
-        now = config.clock()
-        return [
-            to_job(r, now, config) for r in store.page(status=status, actor_id=actor, limit=limit)
-        ]
+        now, rows = config.clock(), store.page(status=status, actor_id=actor, limit=limit)
+        workers = _workers_for(store, rows)
+        return [to_job(r, now, config, recovery.worker_of(r, workers)) for r in rows]
     finally:
         store.close()
 
@@ -350,13 +388,14 @@ def snapshot(
             continue
         try:
             rows = [r for r in store.live() if _actor_matches(r, actor)]
+            workers = _workers_for(store, rows)
             for status in ("succeeded", "failed", "cancelled"):
                 rows += store.page(status=status, actor_id=actor, limit=recent_limit)
         finally:
             store.close()
         latest = {row.record["job_id"]: row for row in rows}  # a job that finished between
         for row in latest.values():  # the two reads appears once, as finished
-            job = to_job(row, now, config)
+            job = to_job(row, now, config, recovery.worker_of(row, workers))
             (recent if job.is_terminal else active).append((str(project.root), job))
     active.sort(key=lambda pj: pj[1].created_at, reverse=True)
     recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)

@@ -102,6 +102,13 @@ class JobsConfig:
     """How often a running job's worker stamps ``heartbeat_at``."""
     heartbeat_stale_s: float = 120.0
     """A heartbeat younger than this proves the worker alive, anywhere."""
+    worker_beat_interval_s: float = 1.0
+    """How often a process that runs bodies stamps its own beat (``runners.beat_at``);
+    one small write per process, however many jobs it holds."""
+    worker_stale_s: float = 6.0
+    """A process whose beat is this much older than the other processes' is dead, and
+    so is every job it held (see liveness.py). Larger than the interval by the delay a
+    loaded machine may put on a beat thread; paused longer, a worker is reaped and fenced."""
 
     # --- cost ---
     approval_threshold_usd: float = 1.0
@@ -150,6 +157,8 @@ class JobsConfig:
             "cache_hit_floor_s": self.cache_hit_floor_s > 0,
             "heartbeat_interval_s": self.heartbeat_interval_s > 0,
             "heartbeat_stale_s": self.heartbeat_stale_s > self.heartbeat_interval_s,
+            "worker_beat_interval_s": self.worker_beat_interval_s > 0,
+            "worker_stale_s": self.worker_stale_s > self.worker_beat_interval_s,
             "max_concurrent": self.max_concurrent >= 1,
             "max_attempts": self.max_attempts >= 1,
             "dur_buckets_s": list(self.dur_buckets_s) == sorted(self.dur_buckets_s),

@@ -17,8 +17,9 @@ attempt budget, exponential backoff with jitter, only some endings retried):
   ``error`` says what happened.
 * A refusal is the body's verdict: failed, never retried.
 * A crash, or a lost worker, is retried while the kind is retryable and the
-  run has attempts left (``attempt_in_run < max_attempts``), due after
-  ``backoff_delay``; else it fails.
+  run has attempts left (``attempt_in_run < max_attempts``): a crash due after
+  ``backoff_delay``, a lost worker's job at once (the loss says nothing against
+  the job; the attempts bound a job that kills its worker); else it fails.
 * A graceful stop (the worker is shutting down) is not a failure: the job goes
   back to the queue at once, and the attempt it was on is given back
   (``attempt_base`` moves up with the lease counter), so it is not consumed.
@@ -111,6 +112,8 @@ class Outcome:
     due_at: float | None = None
     note: str = ""
     """What happened, in words for the log."""
+    ended: str | None = None
+    """Why the attempt ended, in the words of ``Job.attempts`` (set by ``decide``)."""
 
     @property
     def requeued(self) -> bool:
@@ -137,15 +140,10 @@ def decide(
     with the attempt's entry in the record's ``attempts`` closed (how and when it
     ended, and its error)."""
     decided = _decide(ending, record, policy, now=now, cancel_requested=cancel_requested, rand=rand)
-    closed = closed_attempts(
-        record,
-        ended=_ended_word(ending, decided, cancel_requested),
-        at=ending.at,
-        error=decided.fields.get("error") or decided.error,
-    )
-    if not closed:
-        return decided
-    return dataclasses.replace(decided, fields={**decided.fields, **closed})
+    word = _ended_word(ending, decided, cancel_requested)
+    error = decided.fields.get("error") or decided.error
+    closed = closed_attempts(record, ended=word, at=ending.at, error=error)
+    return dataclasses.replace(decided, ended=word, fields={**decided.fields, **closed})
 
 
 def _ended_word(ending: Ending, decided: Outcome, cancel_requested: bool) -> str:
@@ -218,7 +216,9 @@ def _decide(
     lost = how is Ended.LOST
     if policy.retryable and done < policy.max_attempts:
         message = f"{REAPED_REASON}; retrying as attempt {done + 1}" if lost else ending.message
-        delay = backoff_delay(max(done, 1), policy.backoff_s, rand())
+        # A lost worker says nothing against the job (a restarted worker reruns it
+        # at once); the attempt budget still bounds a job that kills its worker.
+        delay = 0.0 if lost else backoff_delay(max(done, 1), policy.backoff_s, rand())
         fields = {"error": message, "error_kind": ERROR_KIND_CRASHED}
         return Outcome(
             ComputationStatus.PENDING,

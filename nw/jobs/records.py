@@ -166,8 +166,11 @@ def _dt(ts: Any) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
 
 
-def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
-    """The ``Job`` a stored row reads as at ``now`` (status, ETA, cost, liveness)."""
+def to_job(
+    row: JobRow, now: float, config: JobsConfig, worker: liveness.WorkerSeen | None = None
+) -> Job:
+    """The ``Job`` a stored row reads as at ``now`` (status, ETA, cost, liveness).
+    ``worker``: the job's worker process as the store announces it (liveness.py)."""
     rec = row.record
     status = row.status
     created, started, finished = (
@@ -222,8 +225,8 @@ def to_job(row: JobRow, now: float, config: JobsConfig) -> Job:
             actual_is_lower_bound=rec.get("actual_is_lower_bound"),
         ),
         cached=bool(rec.get("cached")),
-        worker_silent_s=_round(liveness.worker_silent_s(rec, now)) if live else None,
-        worker_responsive=liveness.worker_responsive(status.value, rec, now, config),
+        worker_silent_s=_round(liveness.worker_silent_s(rec, now, worker)) if live else None,
+        worker_responsive=liveness.worker_responsive(status.value, rec, now, config, worker),
         artifact_ref=rec.get("artifact_ref"),
         result=result,
         error=error,

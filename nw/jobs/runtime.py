@@ -3,9 +3,11 @@
 Bodies run on ``PooledThreadBackend``, an au ``ThreadBackend`` whose threads
 come from a pool of ``max_concurrent``: jobs beyond the cap wait queued
 instead of each getting a thread. One heartbeat thread per runtime stamps
-every held job in one coalesced write and learns of cancels requested by
-other processes. Runtimes are made on first need by the write paths
-(``enqueue``, the worker); the read paths never make one.
+the process's own beat every ``worker_beat_interval_s`` (one small write: the
+runners row) and, every ``heartbeat_interval_s``, every held job in one
+coalesced write, learning of cancels requested by other processes. Runtimes
+are made on first need by the write paths (``enqueue``, the worker); the read
+paths never make one.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from au import (
     ThreadBackend,
 )
 
+from nw.jobs import procs
 from nw.jobs.body import Launch, run_attempt
 from nw.jobs.learning import DurationLearningMiddleware
 from nw.jobs.model import RUNNER_INPROC, JobsConfig
@@ -115,17 +118,15 @@ class Runtime:
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
-        store.register_runner(
-            self.runner_id,
-            {
-                "role": role,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "slots": config.max_concurrent,
-                **(info or {}),
-            },
-            now=config.clock(),
-        )
+        me = {
+            "role": role,
+            **procs.this_process(),
+            "slots": config.max_concurrent,
+            **(info or {}),
+        }
+        store.register_runner(self.runner_id, me, now=config.clock())
+        if role != RUNNER_INPROC:  # a worker beats from its start: readers judge its claims by it
+            self._ensure_beater()
 
     # ----- learning --------------------------------------------------------------
     def _learn(self, samples: dict[str, float]) -> None:
@@ -241,12 +242,28 @@ class Runtime:
             self.store.request_cancel(job_id, now=now)
             launch.cancel.set()
 
+    def beat_worker(self) -> None:
+        """The process's own beat: alive, whatever it holds (the runners row)."""
+        self.store.beat([], now=self.config.clock(), runner_id=self.runner_id)
+
     def _beat_loop(self) -> None:
-        while not self._stop.wait(self.config.heartbeat_interval_s):
+        # Two cadences on one thread: the process beat often (cheap, one row) so a
+        # dead worker is found in seconds; each held job's beat at the seed's pace.
+        tick = min(self.config.worker_beat_interval_s, self.config.heartbeat_interval_s)
+        last_jobs, failing = time.monotonic(), False
+        while not self._stop.is_set():
             try:
-                self.beat_once()
+                if time.monotonic() - last_jobs >= self.config.heartbeat_interval_s:
+                    last_jobs = time.monotonic()
+                    self.beat_once()
+                else:
+                    self.beat_worker()
+                failing = False
             except Exception:
-                log.exception("heartbeat failed")
+                if not failing:  # once per outage, not once a second
+                    log.exception("heartbeat failed")
+                failing = True
+            self._stop.wait(tick)
 
     def close(self, *, wait: bool = True) -> None:
         self._stop.set()

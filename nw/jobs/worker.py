@@ -6,11 +6,13 @@ One loop per process: claim as many due jobs as there are free slots (oldest
 first, atomically, so N workers never run one job twice), run them on the
 project's bounded pool, and claim again at once while there is a backlog.
 Idle, it sleeps on its wake address (enqueue sends it a datagram, or a
-PostgreSQL NOTIFY) with a slow poll as the fallback. At boot and every
-heartbeat interval it reaps jobs whose worker stopped beating, with the same
-predicate the facade uses. SIGTERM/SIGINT: stop claiming, ask running bodies
-to stop at their next boundary (their jobs go back to the queue), wait up to
-``shutdown_grace_s``, then put back whatever is still running and exit.
+PostgreSQL NOTIFY) with a slow poll as the fallback. At boot, and then every
+``worker_beat_interval_s``, a ``reaper.Reaper`` per project reaps the jobs of
+workers that died (silent past ``worker_stale_s`` while others beat, or
+provably gone), with the same predicate the facade uses. SIGTERM/SIGINT: stop
+claiming, ask running bodies to stop at their next boundary (their jobs go
+back to the queue), wait up to ``shutdown_grace_s``, then put back whatever is
+still running and exit.
 
 Secrets come from this process, never from the store: environment variables
 ``NW_SECRET_<NAME>`` become ``secrets["<name>"]``, or ``--secrets
@@ -36,10 +38,11 @@ from typing import Any
 
 from au import ComputationStatus
 
-from nw.errors import InvalidSetting, NwJobsError
-from nw.jobs import credentials, kinds, outcome, recovery
+from nw.errors import InvalidSetting, JobStoreError, NwJobsError
+from nw.jobs import credentials, kinds, outcome
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
+from nw.jobs.reaper import Reaper
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
@@ -83,6 +86,7 @@ class Worker:
         self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._poker.setblocking(False)
         self.runtimes: list[Runtime] = []
+        self.reapers: list[Reaper] = []
         self._launches: dict[str, Launch] = {}
         self._started: dict[str, tuple[str, int, float]] = {}
         """Per running job: its kind, attempt in the run, and when it started (the log)."""
@@ -105,13 +109,17 @@ class Worker:
                 on_release=self._released,
             )
             self.runtimes.append(rt)
+            self.reapers.append(Reaper(store, config, rt.holds))
 
     # ----- bookkeeping -----------------------------------------------------------
     def _released(self, job_id: str) -> None:
         launch = self._launches.pop(job_id, None)
         decided = launch.decided if launch is not None else None
+        if decided is not None and decided.requeued and self.stopping.is_set():
+            with self._count_lock:  # pool threads release concurrently
+                self.stopped_back += 1  # stopped at a boundary, put back in the queue
         started = self._started.pop(job_id, None)
-        if started is not None:
+        if started is not None:  # after the count: a draining worker is waiting on it
             kind, attempt, at = started
             log.info(
                 "end   %s %s attempt %s: %s in %.1fs",
@@ -121,9 +129,6 @@ class Worker:
                 _said(decided),
                 time.monotonic() - at,
             )
-        if decided is not None and decided.requeued and self.stopping.is_set():
-            with self._count_lock:  # pool threads release concurrently
-                self.stopped_back += 1  # stopped at a boundary, put back in the queue
         self._poke()  # a slot is free: claim again
 
     def _poke(self) -> None:
@@ -142,14 +147,14 @@ class Worker:
         return sum(rt.busy for rt in self.runtimes)
 
     # ----- the loop --------------------------------------------------------------
-    def recover(self) -> list[str]:
-        """Reap what dead workers left running (at boot and periodically)."""
+    def recover(self, *, full: bool = False) -> list[str]:
+        """Reap what dead workers left running (a full pass at boot, then a cheap tick)."""
         reaped = []
-        for rt in self.runtimes:
+        for reaper in self.reapers:
             try:
-                reaped += recovery.reap_stale(rt.store, self.config.clock(), self.config, rt.holds)
+                reaped += reaper.tick(full=full)
             except Exception:
-                log.exception("reaping %s failed", rt.store)
+                log.exception("reaping %s failed", reaper.store)
         if reaped:
             log.warning("recovered %d job(s) whose worker was gone", len(reaped))
         return reaped
@@ -253,7 +258,7 @@ class Worker:
 
     def run(self) -> int:
         """Serve until ``stopping`` is set; returns the process exit code."""
-        self.recover()
+        self.recover(full=True)
         last_reap = time.monotonic()
         log.info(
             "worker %s serving %d project(s), kinds: %s",
@@ -262,7 +267,7 @@ class Worker:
             ", ".join(self.kinds()) or "none",
         )
         while not self.stopping.is_set():
-            if time.monotonic() - last_reap >= self.config.heartbeat_interval_s:
+            if time.monotonic() - last_reap >= self.config.worker_beat_interval_s:
                 last_reap = time.monotonic()
                 self.recover()
             if self._claim_due() and self.claim_once():
@@ -318,15 +323,8 @@ class Worker:
 
 
 def _said(decided: outcome.Outcome | None) -> str:
-    """How an attempt ended, for the per-job log line."""
-    if decided is None:
-        return "failed to launch"
-    if decided.requeued:
-        return "requeued"
-    return {
-        ComputationStatus.COMPLETED: "succeeded",
-        ComputationStatus.CANCELLED: "cancelled",
-    }.get(decided.au_status, "failed")
+    """How an attempt ended, for the per-job log line (the words of ``Job.attempts``)."""
+    return "not recorded" if decided is None else decided.ended or "ended"
 
 
 NO_KINDS = (
@@ -361,6 +359,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--secrets", default=None, metavar="MODULE:CALLABLE")
     parser.add_argument("--heartbeat-interval", type=float, default=None)
     parser.add_argument("--heartbeat-stale", type=float, default=None)
+    parser.add_argument("--worker-beat-interval", type=float, default=None, metavar="SECONDS")
+    parser.add_argument(
+        "--worker-stale",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a worker silent this long while others beat is dead; its jobs are reaped (6)",
+    )
     parser.add_argument(
         "--shutdown-grace",
         type=float,
@@ -393,6 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["heartbeat_interval_s"] = args.heartbeat_interval
     if args.heartbeat_stale is not None:
         overrides["heartbeat_stale_s"] = args.heartbeat_stale
+    if args.worker_beat_interval is not None:
+        overrides["worker_beat_interval_s"] = args.worker_beat_interval
+    if args.worker_stale is not None:
+        overrides["worker_stale_s"] = args.worker_stale
     if args.shutdown_grace is not None:
         overrides["shutdown_grace_s"] = args.shutdown_grace
     try:
@@ -400,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
         secrets = _load_secrets_provider(args.secrets) if args.secrets else env_secrets
         worker = Worker(projects, config=config, secrets=secrets)
+    except JobStoreError as exc:  # e.g. an unknown database role: one line, exit 1
+        print(f"nw-jobs worker: {exc}", file=sys.stderr)
+        return 1
     except NwJobsError as exc:  # a setting, a project or a --secrets target: one line
         print(f"nw-jobs worker: {exc}", file=sys.stderr)
         return 2

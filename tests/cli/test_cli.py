@@ -166,11 +166,14 @@ def test_usage_errors_exit_2(project):
 # ----- estimate / summarize / cancel / watch ---------------------------------------------------
 def test_estimate_json(project):
     params = json.dumps({"estimated_usd": 2.5})
-    result = nw_jobs("estimate", "x", "--params", params, "--project", str(project.root), "--json")
+    kind = ("t.noop", "--import", "tests.fixtures.bodies")
+    result = nw_jobs(
+        "estimate", *kind, "--params", params, "--project", str(project.root), "--json"
+    )
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
     assert body["estimated_usd"] == 2.5 and body["requires_approval"] is True
-    text = nw_jobs("estimate", "x", "--project", str(project.root))
+    text = nw_jobs("estimate", *kind, "--project", str(project.root))
     assert "unknown" in text.stdout and "requires approval" in text.stdout
 
 
@@ -242,7 +245,12 @@ def test_worker_passes_its_arguments_through(monkeypatch, project):
 
     seen = {}
     fake = types.ModuleType("nw.jobs.worker")
-    fake.main = lambda argv: seen.setdefault("argv", argv) and 0
+
+    def main(argv):
+        seen["argv"] = argv
+        return 7  # a code only the worker can give: the CLI must pass it on
+
+    fake.main = main
     monkeypatch.setitem(sys.modules, "nw.jobs.worker", fake)
     # When the CLI runs it with every declared option and one it does not know
     code = cli.main(
@@ -260,8 +268,8 @@ def test_worker_passes_its_arguments_through(monkeypatch, project):
             "1",
         ]
     )
-    # Then the worker gets them all, in its own vocabulary
-    assert code == 0
+    # Then the worker gets them all, in its own vocabulary, and its exit code is ours
+    assert code == 7
     assert seen["argv"] == [
         "--project",
         "a",

@@ -855,5 +855,9 @@ def test_durations_count_finished_jobs_that_ran_by_kind(store):
     store.claim(["render"], now=T0 + 10, runner_id="w", limit=2)
     finish_ok(store, a, 1, at=T0 + 12)  # 2 s
     finish_ok(store, b, 1, at=T0 + 50)  # 40 s
-    got = store.durations([5.0, 60.0])
-    assert got == {"render": {"count": 2, "seconds": 42.0, "buckets": {5.0: 1, 60.0: 2}}}
+    bounds = [1.0, 2.0, 5.0, 10.0, 30.0, 40.0, 60.0, 120.0, 600.0, 3600.0]
+    got = store.durations(bounds)
+    buckets = dict(zip(bounds, [0, 1, 1, 1, 1, 2, 2, 2, 2, 2], strict=True))  # le is <=
+    assert got == {"render": {"count": 2, "seconds": 42.0, "buckets": buckets}}
+    with pytest.raises(ValueError, match="takes 10 bounds"):
+        store.durations([5.0, 60.0])

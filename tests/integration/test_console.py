@@ -110,3 +110,22 @@ def test_an_embedded_store_of_an_older_schema_is_upgraded_and_read(tmp_path):
     assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert store.prune(cutoff=1e12) == 0 and store.spend()["actual_usd"] == 0.0
     store.close()
+
+
+def test_an_idle_worker_reads_live_and_a_killed_one_lost(project, cfg):
+    jobs.enqueue(project, "t.noop", {"i": 1}, config=cfg)  # the project has a store
+    worker = start_worker(project, database_url=cfg.database_url)
+    try:
+        (seen,) = wait_until(
+            lambda: [w for w in jobs.workers(project, config=cfg) if w["state"] == "live"],
+            what="the worker live",
+        )
+        assert seen["pid"] == worker.pid and seen["busy"] == 0
+    finally:
+        worker.kill()  # no goodbye: its runner row stays behind
+        worker.wait()
+    (lost,) = wait_until(
+        lambda: [w for w in jobs.workers(project, config=cfg) if w["state"] == "lost"],
+        what="the killed worker read as lost",
+    )
+    assert lost["pid"] == worker.pid and lost["jobs"] == []

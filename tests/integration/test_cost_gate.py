@@ -521,34 +521,83 @@ def test_a_finished_lower_bound_makes_the_spend_a_floor(project, config):
     assert out["actual_usd"] == pytest.approx(0.3) and out["is_lower_bound"] is True
 
 
-def test_concurrent_enqueues_cannot_both_pass_the_budget(project, gate):
+def _enqueue_six_at_once(project, config, gate):
     import threading
 
-    capped = jobs.JobsConfig(budget_usd=1.0)
     barrier = threading.Barrier(6)
-    admitted, refused = [], []
+    admitted, refused, failed = [], [], []
 
     def submit(i):
         barrier.wait()
         try:
-            admitted.append(
-                jobs.enqueue(
-                    project,
-                    "r",
-                    {"i": i, "estimated_usd": 0.6},
-                    dispatch={"r": gate},
-                    config=capped,
-                )
-            )
+            params = {"i": i, "estimated_usd": 0.6}
+            admitted.append(jobs.enqueue(project, "r", params, dispatch={"r": gate}, config=config))
         except BudgetExceeded:
             refused.append(i)
+        except Exception as exc:  # an error is neither an admission nor a refusal
+            failed.append(exc)
 
     threads = [threading.Thread(target=submit, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(60)
+    assert failed == []
+    return admitted, refused
+
+
+def test_concurrent_enqueues_cannot_both_pass_the_budget(project, cfg, gate):
+    admitted, refused = _enqueue_six_at_once(project, replace(cfg, budget_usd=1.0), gate)
     assert len(admitted) == 1 and len(refused) == 5
+    assert count_jobs(project) == 1
+
+
+def test_the_budget_is_checked_again_inside_the_create_under_a_forced_collision(
+    project, cfg, gate, monkeypatch
+):
+    """Two enqueues both pass the gate before either writes (forced, not hoped
+    for); then each waits for the other inside its create, so that without the
+    project's lock (PostgreSQL) both would read the spend before either inserts.
+    The re-check inside the create, serialised per project, must refuse one."""
+    import contextlib
+    import threading
+
+    from nw.jobs.costing import Quote
+
+    real_gate = Quote.gate
+    passed_outside = threading.Barrier(2, timeout=30)
+    inside = threading.Barrier(2, timeout=2)  # with the lock held, the partner never comes
+    calls = threading.local()
+
+    def colliding_gate(self, store, **kw):
+        calls.n = getattr(calls, "n", 0) + 1
+        if calls.n == 1:  # the check before the create: both pass, then both go on
+            real_gate(self, store, **kw)
+            passed_outside.wait()
+            return None
+        # the check inside the create transaction; serialised by the project's
+        # lock, the other is not here: go on once the barrier gives up
+        with contextlib.suppress(threading.BrokenBarrierError):
+            inside.wait()
+        return real_gate(self, store, **kw)
+
+    monkeypatch.setattr(Quote, "gate", colliding_gate)
+    capped = replace(cfg, budget_usd=1.0)
+    outcomes = []
+
+    def submit(i):
+        try:
+            params = {"i": i, "estimated_usd": 0.6}
+            outcomes.append(jobs.enqueue(project, "r", params, dispatch={"r": gate}, config=capped))
+        except BudgetExceeded as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(type(o).__name__ for o in outcomes) == ["BudgetExceeded", "Job"]
     assert count_jobs(project) == 1
 
 

@@ -51,3 +51,30 @@ def stop(proc, timeout=20):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def stored_record(project, cfg, job_id) -> dict:
+    """The job's record as the store holds it ({} while there is none)."""
+    from nw.jobs.stores import open_store
+
+    store = open_store(project, cfg, create=False)
+    if store is None:
+        return {}
+    try:
+        row = store.get(job_id)
+    finally:
+        store.close()
+    return {} if row is None else row.record
+
+
+def registered_workers(project, cfg) -> int:
+    """Worker processes announced in the project's store (0 while it has none)."""
+    from nw.jobs.stores import open_store
+
+    store = open_store(project, cfg, create=False)
+    if store is None:
+        return 0
+    try:
+        return sum(r.get("role") == "worker" for r in store.runners())
+    finally:
+        store.close()

@@ -71,6 +71,8 @@ def test_all_is_exactly_the_public_surface():
         "liveness",
         "model",
         "outcome",
+        "procs",
+        "reaper",
         "records",
         "recovery",
         "runtime",

@@ -157,7 +157,7 @@ def test_a_lost_worker_with_attempts_left_says_which_attempt_comes_next():
         Ending(Ended.LOST, LAST_BEAT), rec(attempt=1), RETRY3, now=NOW, cancel_requested=False,
         rand=lambda: 0,
     )  # fmt: skip
-    assert out.requeued and out.due_at == NOW + 1.0  # backoff from the reap, not the beat
+    assert out.requeued and out.due_at == NOW  # no backoff: the loss says nothing of the job
     assert out.fields["error"] == "worker lost; retrying as attempt 2"
     assert out.fields["error_kind"] == "crashed"
 
@@ -183,3 +183,48 @@ def test_a_job_queued_by_a_process_that_is_gone_fails_saying_it_never_ran():
                  cancel_requested=False)  # fmt: skip
     assert out.au_status is ComputationStatus.FAILED and not out.requeued
     assert out.fields["error"].startswith(f"{REAPED_REASON} before it started")
+
+
+# ----- the attempt's entry in Job.attempts --------------------------------------------
+def _open(lease=1):
+    return {
+        "attempt": 1,
+        "lease": lease,
+        "runner_id": "w",
+        "host": "h",
+        "pid": 7,
+        "started_at": NOW - 5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("ending", "policy", "cancel", "word"),
+    [
+        (Ending(Ended.RETURNED, NOW), RETRY3, False, "succeeded"),
+        (Ending(Ended.RETURNED, NOW), RETRY3, True, "cancelled"),
+        (crash(), RETRY3, False, "requeued"),
+        (crash(), NEVER, False, "failed"),
+        (Ending(Ended.RAISED, NOW, error_kind="refused", message="no"), RETRY3, False, "failed"),
+        (Ending(Ended.RAISED, NOW, error_kind="cancelled"), RETRY3, False, "cancelled"),
+        (Ending(Ended.STOPPED, NOW), RETRY3, False, "stopped"),
+        (Ending(Ended.LOST, NOW - 2), RETRY3, False, "worker lost"),
+        (Ending(Ended.LOST, NOW - 2), NEVER, True, "worker lost"),
+    ],
+)
+def test_the_outcome_closes_the_attempt_saying_why_it_ended(ending, policy, cancel, word):
+    record = rec(attempts=[{**_open(), "ended": "failed", "lease": 0}, _open()])
+    out = decide(ending, record, policy, now=NOW, cancel_requested=cancel, rand=lambda: 0)
+    first, last = out.fields["attempts"]
+    assert first == record["attempts"][0]  # earlier attempts are left as they were
+    assert last == {
+        **_open(),
+        "ended": word,
+        "ended_at": ending.at,
+        "error": out.fields.get("error") or out.error,
+    }
+
+
+def test_no_entry_is_closed_that_is_not_the_current_attempts():
+    stale = rec(attempt=2, attempts=[_open(lease=1)])  # its claim was not recorded
+    assert "attempts" not in decide(crash(), stale, NEVER, now=NOW, cancel_requested=False).fields
+    assert "attempts" not in decide(crash(), rec(), NEVER, now=NOW, cancel_requested=False).fields

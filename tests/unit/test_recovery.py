@@ -60,17 +60,15 @@ def test_a_lost_job_that_cannot_retry_fails_at_its_last_heartbeat(store, clock, 
     assert got.record["finished_at"] - got.record["started_at"] == 3
 
 
-def test_a_lost_job_with_attempts_left_says_so_and_waits_for_its_backoff(
-    store, clock, claimed, config
-):
+def test_a_lost_job_with_attempts_left_says_so_and_is_due_at_once(store, clock, claimed, config):
     claimed(ID, retryable=True, max_attempts=2)
     silent_worker(store, clock, 60)
     assert recovery.reap_stale(store, clock.now, config, nobody) == [ID]
     back = store.get(ID)
     assert back.status.value == "queued"
     assert back.record["error"] == "worker lost; retrying as attempt 2"
-    assert store.claim(["render"], now=clock.now + 1.99, runner_id="w2") == []
-    (again,) = store.claim(["render"], now=clock.now + 4.0, runner_id="w2")
+    assert store.claim(["render"], now=clock.now - 0.01, runner_id="w2") == []
+    (again,) = store.claim(["render"], now=clock.now, runner_id="w2")  # no backoff
     assert attempt_in_run(again.record) == 2
     # the second worker is lost too: no attempts left
     clock.advance(4.0)

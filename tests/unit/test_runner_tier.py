@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nw.jobs import liveness
+from nw.jobs.liveness import WorkerSeen
 from nw.jobs.model import RUNNER_INPROC, RUNNER_WORKER, JobsConfig
 
 CFG = JobsConfig(heartbeat_interval_s=1.0, heartbeat_stale_s=10.0)
@@ -17,14 +18,15 @@ def test_a_queued_inprocess_job_dies_with_its_owner_whatever_name_it_was_stored_
     record = {"runner": runner, "created_at": NOW - 100}
     assert liveness.runs_inproc(record)
     # When its owner's beat is stale, or the owner is gone, it is reaped
-    assert liveness.should_reap("queued", record, NOW, CFG, held=False, owner_beat_at=NOW - 60)
-    assert liveness.should_reap("queued", record, NOW, CFG, held=False, owner_beat_at=None)
+    assert liveness.should_reap("queued", record, NOW, CFG, held=False, worker=WorkerSeen(NOW - 60))
+    assert liveness.should_reap("queued", record, NOW, CFG, held=False, worker=None)
     # And while its owner beats, or this process holds it, it is not
-    assert not liveness.should_reap("queued", record, NOW, CFG, held=False, owner_beat_at=NOW - 1)
-    assert not liveness.should_reap("queued", record, NOW, CFG, held=True, owner_beat_at=None)
+    beating = WorkerSeen(NOW - 1)
+    assert not liveness.should_reap("queued", record, NOW, CFG, held=False, worker=beating)
+    assert not liveness.should_reap("queued", record, NOW, CFG, held=True, worker=None)
 
 
 def test_a_queued_worker_job_waits_for_a_worker_however_long():
     record = {"runner": RUNNER_WORKER, "created_at": NOW - 10_000}
     assert not liveness.runs_inproc(record)
-    assert not liveness.should_reap("queued", record, NOW, CFG, held=False, owner_beat_at=None)
+    assert not liveness.should_reap("queued", record, NOW, CFG, held=False, worker=None)

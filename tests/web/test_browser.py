@@ -88,7 +88,7 @@ def test_tray_shows_a_job_advance_and_cancels_it(browser, project):
 
 def test_the_page_formats_costs_and_etas_like_the_terminal(browser, project):
     pytest.importorskip("uvicorn")
-    from nw.cli_render import cost_text, eta_text
+    from nw.cli_render import cost_text, eta_text, state_text
     from nw.jobs.web import create_app
     from tests.cli.test_render import COST_CASES
     from tests.web.server import serving
@@ -110,3 +110,14 @@ def test_the_page_formats_costs_and_etas_like_the_terminal(browser, project):
             text = browser.execute_script("return etaOf(arguments[0])", job)
             page = text[0] + (f" ({text[1]})" if text[1] else "")
             assert page == eta_text(job)
+        # A live job whose worker the server's predicate says is dead reads "worker lost"
+        states = [
+            ({"status": "running", "worker_responsive": False}, "worker lost"),
+            ({"status": "cancelling", "worker_responsive": False}, "worker lost"),
+            ({"status": "running", "worker_responsive": True}, "running"),
+            ({"status": "running", "worker_responsive": None}, "running"),
+            ({"status": "failed", "worker_responsive": None}, "failed"),
+        ]
+        for job, shown in states:
+            assert browser.execute_script("return stateOf(arguments[0])", job) == shown
+            assert state_text(job) == shown

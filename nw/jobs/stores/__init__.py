@@ -63,14 +63,16 @@ def shared_store(project: Project, config: JobsConfig, *, create: bool) -> JobSt
     key = store_location(project, config)
     with _SHARED_LOCK:
         store = _SHARED.get(key)
-        if store is not None:
+        if store is not None and not (create and store.read_only):
             return store
         if not create and not _exists(project, config):
             return None
-        store = _open_writable(project, config, create=create)
+        kept, store = store, _open_writable(project, config, create=create)
         if store is None:
             return None
         _SHARED[store_location(project, config)] = store
+        if kept is not None:  # a read-only handle, replaced by a writable one
+            kept.close()
         return store
 
 
@@ -90,7 +92,15 @@ def _open_writable(project: Project, config: JobsConfig, *, create: bool) -> Job
         return open_postgres_store(database_url(config), project, create=create, read_only=False)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
+    if not create and not _writable(Path(where)):
+        # A folder this process may only read (another user's project, a read-only
+        # mount): reads answer from a read-only handle, and nothing is reaped.
+        return SqliteJobStore(where, read_only=True)
     return SqliteJobStore(where)
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 
 def close_shared_stores() -> None:

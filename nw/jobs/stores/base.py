@@ -31,6 +31,9 @@ from dol.base import KvPersister
 
 from nw.jobs.records import JobRow
 
+#: How many bounds the duration histogram's statement takes (``durations``).
+DURATION_BOUNDS = 10
+
 #: Record fields every backend keeps as real columns (filtered, ordered, fenced).
 COLUMNS = (
     "job_id",
@@ -217,7 +220,8 @@ class JobStore(ABC):
     @abstractmethod
     def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
         """Per kind, the finished jobs that ran: ``{count, seconds, buckets: {le: n}}``
-        with ``buckets`` cumulative over ``bounds``."""
+        with ``buckets`` cumulative over ``bounds`` (``DURATION_BOUNDS`` of them:
+        one pass with a column per bound)."""
 
     # ----- waking idle workers --------------------------------------------------
     @abstractmethod
@@ -385,3 +389,19 @@ def rollup_rows(rows: Iterable[JobRow]) -> list[dict[str, Any]]:
 
 def utc_day(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).date().isoformat()
+
+
+def bound_args(bounds: Sequence[float]) -> dict[str, float]:
+    """The ``durations`` statement's parameters ``b0`` .. ``b9``."""
+    if len(bounds) != DURATION_BOUNDS:
+        raise ValueError(f"durations takes {DURATION_BOUNDS} bounds, got {len(bounds)}")
+    return {f"b{i}": float(b) for i, b in enumerate(bounds)}
+
+
+def bucketed(r: Mapping[str, Any], bounds: Sequence[float]) -> dict[str, Any]:
+    """One kind's ``durations`` row as ``{count, seconds, buckets}``."""
+    return {
+        "count": int(r["n"]),
+        "seconds": float(r["seconds"] or 0.0),
+        "buckets": {float(b): int(r[f"b{i}"] or 0) for i, b in enumerate(bounds)},
+    }

@@ -13,7 +13,14 @@ SQLSTATE, never by its message:
   so a write is never silently lost and a claim never handed out twice;
 * a deadlock or serialization failure (the transaction was rolled back), or
   ``RetryNow`` from the operation itself, is retried at once;
-* anything else raises ``JobStoreError`` with the password scrubbed.
+* anything else raises ``JobStoreError`` with the password scrubbed, in one line.
+
+A connection the server refuses for good (an unknown role or database, a
+rejected password) is not an outage and is not retried: one plain connection
+before a URL's pool is made tells the two apart, and so does the first pool
+timeout later (a database dropped under a running process). libpq gives a
+failed connection no SQLSTATE, so this one case is read from its message
+(``misconfiguration``).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -46,6 +54,15 @@ DEFAULT_RETRY_S = 20.0
 #: SQLSTATEs that mean "this connection is gone", whatever the exception class.
 _LOST_STATES = ("57P01", "57P02", "57P03")
 _MAX_CONFLICTS = 10
+#: libpq's words for a connection refused for good (the server's English messages).
+_MISCONFIGURED = re.compile(
+    r"FATAL:\s+(?P<why>(?:role|database) \"[^\"]*\" does not exist"
+    r"|\w+ authentication failed for user \"[^\"]*\""
+    r"|no pg_hba\.conf entry for [^\n]*"
+    r"|permission denied for database [^\n]*"
+    r"|role \"[^\"]*\" is not permitted to log in)"
+    r"|(?P<client>fe_sendauth: no password supplied)"
+)
 
 
 class RetryNow(Exception):
@@ -75,12 +92,25 @@ class Database:
 
     @property
     def pool(self) -> ConnectionPool:
-        return pool_for(self.url, self.display)
+        return pool_for(self.url, self.display, first=self._first_contact)
+
+    def _first_contact(self) -> None:
+        """Before the URL's pool is made: a misconfiguration is reported now, in
+        one line, instead of being retried (and logged by the pool) as if the
+        server were restarting. A transient failure passes: the pool and the
+        retry loop ride it out."""
+        try:
+            psycopg.connect(self.url, connect_timeout=5, application_name="nw-jobs").close()
+        except psycopg.Error as exc:
+            why = misconfiguration(str(exc))
+            if why is not None:
+                raise JobStoreError(f"job store {self.display}: cannot connect: {why}") from None
 
     def error(self, what: str, exc: BaseException | str) -> JobStoreError:
-        """The project's error for a driver error (the password scrubbed)."""
+        """The project's error for a driver error (the password scrubbed), one line:
+        libpq's messages carry a tab-indented hint on a second line."""
         kind = JobStoreUnreachable if _is_unreachable(exc) else JobStoreError
-        return kind(f"job store {self.display}: {what}: {scrub(str(exc))}")
+        return kind(f"job store {self.display}: {what}: {_one_line(scrub(str(exc)))}")
 
     def run(self, fn: Callable[[psycopg.Connection, bool], T], *, what: str) -> T:
         """``fn(conn, retried)`` on a pooled autocommit connection (see the module doc)."""
@@ -101,6 +131,9 @@ class Database:
                         lost = exc
             except PoolTimeout as exc:
                 lost = exc
+                why = self._why_unreachable()  # a database dropped, a role removed
+                if why is not None and misconfiguration(str(why)) is not None:
+                    raise self.error(f"{what} failed", misconfiguration(str(why))) from None
             except (
                 RetryNow,
                 psycopg.errors.DeadlockDetected,
@@ -121,7 +154,7 @@ class Database:
                     lost = self._why_unreachable() or lost
                 raise JobStoreUnreachable(
                     f"job store {self.display}: {what} failed: the database is unreachable"
-                    f" (gave up after {self.retry_s:g} s): {scrub(str(lost))}"
+                    f" (gave up after {self.retry_s:g} s): {_one_line(scrub(str(lost)))}"
                 ) from None
             if not warned:
                 warned = True
@@ -139,6 +172,17 @@ class Database:
         except Exception as exc:
             return exc
         return None
+
+
+def misconfiguration(message: str) -> str | None:
+    """What is wrong, when a failed connection's message says retrying cannot
+    help (unknown role or database, authentication refused); None otherwise."""
+    found = _MISCONFIGURED.search(message)
+    return None if found is None else scrub((found["why"] or found["client"]).strip())
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _is_lost(exc: BaseException) -> bool:

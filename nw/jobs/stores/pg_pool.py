@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import threading
+from collections.abc import Callable
 
 import psycopg
 from psycopg.rows import dict_row
@@ -25,8 +27,9 @@ _ORPHANS: list[ConnectionPool] = []  # a forked child keeps (never uses) the par
 _POOLS_LOCK = threading.Lock()
 
 
-def pool_for(url: str, display: str) -> ConnectionPool:
-    """This process's pool for ``url`` (opened on first use)."""
+def pool_for(url: str, display: str, first: Callable[[], None] | None = None) -> ConnectionPool:
+    """This process's pool for ``url`` (opened on first use, after ``first()``,
+    which may refuse by raising: a URL that cannot work gets no pool)."""
     global _POOLS_PID
     with _POOLS_LOCK:
         if os.getpid() != _POOLS_PID:
@@ -35,6 +38,9 @@ def pool_for(url: str, display: str) -> ConnectionPool:
             _POOLS_PID = os.getpid()
         pool = _POOLS.get(url)
         if pool is None:
+            if first is not None:
+                first()
+            _quiet_reconnect_attempts()
             pool = _POOLS[url] = ConnectionPool(
                 url,
                 min_size=1,
@@ -52,6 +58,18 @@ def pool_for(url: str, display: str) -> ConnectionPool:
                 max_idle=300.0,
             )
         return pool
+
+
+def _not_a_reconnect_attempt(record: logging.LogRecord) -> bool:
+    """The pool logs every failed (re)connection attempt; ``Database.run`` says
+    once that it is retrying and, when it gives up, why: the rest is noise."""
+    return not str(record.msg).startswith(("error connecting in", "reconnection attempt in"))
+
+
+def _quiet_reconnect_attempts() -> None:
+    logger = logging.getLogger("psycopg.pool")
+    if _not_a_reconnect_attempt not in logger.filters:
+        logger.addFilter(_not_a_reconnect_attempt)
 
 
 def _configure(conn: psycopg.Connection) -> None:

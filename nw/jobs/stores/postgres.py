@@ -67,6 +67,8 @@ from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
     actor_id_of,
+    bound_args,
+    bucketed,
     carry_over,
     rollup_rows,
     split_record,
@@ -604,13 +606,8 @@ class PostgresJobStore(JobStore):
         return [{**r, "n": int(r["n"])} for r in self._read("counts", {})]
 
     def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for r in self._read("durations", {"bounds": [float(b) for b in bounds]}):
-            got = out.setdefault(
-                r["kind"], {"count": int(r["n"]), "seconds": float(r["seconds"]), "buckets": {}}
-            )
-            got["buckets"][float(r["le"])] = int(r["le_n"])
-        return out
+        rows = self._read("durations", bound_args(bounds))
+        return {r["kind"]: bucketed(r, bounds) for r in rows}
 
     # ----- waking idle workers -------------------------------------------------------
     def wake_listener(self, runner_id: str) -> PgWakeListener:

@@ -37,6 +37,8 @@ from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
     actor_id_of,
+    bound_args,
+    bucketed,
     carry_over,
     rollup_rows,
     split_record,
@@ -109,15 +111,30 @@ class SqliteJobStore(JobStore):
                 raise JobStoreError(f"{where} {what}: {exc}") from None
             raise JobStoreError(f"{where}: {exc}") from exc
 
+    def _connect_read_only(self, flags: str) -> sqlite3.Connection:
+        uri = f"{self.path.as_uri()}?{flags}"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+
+    def _closed_cleanly(self) -> bool:
+        """No -wal and no -shm beside the file: every connection closed (checkpointed)."""
+        return not any(Path(f"{self.path}{end}").exists() for end in ("-wal", "-shm"))
+
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
-            uri = f"{self.path.as_uri()}?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA busy_timeout = 10000")
-            conn.execute("PRAGMA query_only = ON")
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            return conn
+            try:
+                return self._connect_read_only("mode=ro")
+            except sqlite3.OperationalError:
+                if not self._closed_cleanly() or os.access(self.path.parent, os.W_OK):
+                    raise
+            # A folder we may not write, after a clean close: WAL mode wants to create
+            # the -shm file even to read. With no -wal and no -shm no connection is
+            # open, so the file is read as it stands (immutable: no locks, no -shm).
+            return self._connect_read_only("mode=ro&immutable=1")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -582,17 +599,10 @@ class SqliteJobStore(JobStore):
         return [{**r, "grade": r["grade"] or None, "n": int(r["n"])} for r in rows]
 
     def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+        args = bound_args(bounds)
         with self._cursor() as c:
-            for r in c.execute(Q["duration_sums"]):
-                out[r["kind"]] = {
-                    "count": int(r["n"]),
-                    "seconds": float(r["seconds"]),
-                    "buckets": dict.fromkeys(map(float, bounds), 0),
-                }
-            for r in c.execute(Q["duration_buckets"], {"bounds": json.dumps(list(bounds))}):
-                out[r["kind"]]["buckets"][float(r["le"])] = int(r["n"])
-        return out
+            rows = c.execute(Q["durations"], args).fetchall()
+        return {r["kind"]: bucketed(r, bounds) for r in rows}
 
     # ----- waking idle workers ----------------------------------------------------
     def wake_listener(self, runner_id: str) -> WakeListener:

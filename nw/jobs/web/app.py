@@ -10,19 +10,25 @@ and serializes with ``to_dict``; nothing here decides anything about a job.
 
 A new group of routes is a ``routes_<name>.py`` with a ``routes`` list, added
 to ``ROUTES`` below.
+
+While the app runs (its lifespan), a ``reaper.ReaperThread`` keeps the served
+projects reaped, so a dead worker's job moves on even when nothing reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from nw.errors import InvalidSetting
+from nw.jobs import facade
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
+from nw.jobs.reaper import ReaperThread
 from nw.jobs.web import (
     routes_console,
     routes_jobs,
@@ -82,14 +88,31 @@ def create_app(
         middleware.insert(0, Middleware(BearerAuth, token=token))
     if allowed_hosts is not None:
         middleware.insert(0, Middleware(HostGuard, hosts=allowed_hosts))
-    app = Starlette(routes=ROUTES, middleware=middleware, exception_handlers=HANDLERS)
+    closing = threading.Event()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # A served project is kept reaped even when nothing reads it: a dead
+        # worker's job reads "worker lost", then failed or queued, in seconds.
+        reaper = ReaperThread(lambda: facade.stores_to_reap(served.all, config), config)
+        reaper.start()
+        try:
+            yield
+        finally:
+            closing.set()
+            reaper.close()
+            app.state.marks.close()
+
+    app = Starlette(
+        routes=ROUTES, middleware=middleware, exception_handlers=HANDLERS, lifespan=lifespan
+    )
     app.state.projects = served
     app.state.config = config
     app.state.poll_interval_s = poll_interval_s
     app.state.stream_max_s = stream_max_s
     # Set when the server stops: open event streams end at their next poll
     # instead of holding the shutdown until they are cancelled.
-    app.state.closing = threading.Event()
+    app.state.closing = closing
     # One poller per watched value, whatever the number of open streams.
     app.state.feeds = streams.Feeds(poll_interval_s, app.state.closing)
     app.state.marks = streams.Marks(config)

@@ -53,6 +53,14 @@ function etaOf(job) {
   return [`~${duration(job.eta_s)} left`, conf];
 }
 
+// The server's liveness predicate says this live job's worker is dead: it will be
+// requeued or failed in a moment (cli_render.state_text says the same).
+const WORKER_LOST = "worker lost";
+function stateOf(job) {
+  const live = job.status === "running" || job.status === "cancelling";
+  return live && job.worker_responsive === false ? WORKER_LOST : job.status;
+}
+
 function stageOf(job) {
   const p = job.progress || {};
   const parts = [];
@@ -197,9 +205,10 @@ function updateCard(card, job) {
   q(".label").title = job.label || job.kind;
   q(".kind").textContent = job.kind;
   const status = q(".status");
-  status.textContent = job.status;
-  status.dataset.status = job.status;
-  card.dataset.status = job.status;
+  const state = stateOf(job);
+  status.textContent = state;
+  status.dataset.status = state === WORKER_LOST ? "lost" : job.status;
+  card.dataset.status = status.dataset.status;
   const button = q("button.cancel");
   if (job.status === "cancelling") {
     button.disabled = true;
@@ -596,7 +605,7 @@ const detailExtras = { trail: [], quote: null };
 // What moves while a job runs without anything else changing: drawn in place.
 const MOVING = new Set(["elapsed_s", "queue_wait_s", "remaining_s", "eta_s", "eta_ts", "pct",
   "progress", "predicted_total_s", "confidence", "label_hint", "worker_silent_s",
-  "worker_responsive", "last_event_id"]);
+  "last_event_id"]);
 let detailDrawn = "";
 
 function renderDetail(job) {
@@ -620,8 +629,9 @@ function renderDetail(job) {
   root.dataset.status = job.status;
   const head = el("header", "head");
   const title = el("h2", "title", job.label || job.kind);
-  const status = el("span", "status", job.status);
-  status.dataset.status = job.status;
+  const state = stateOf(job);
+  const status = el("span", "status", state);
+  status.dataset.status = state === WORKER_LOST ? "lost" : job.status;
   head.append(title, status);
   if (job.grade) {
     const g = el("span", `grade g g-${job.grade}`, job.grade);

@@ -1,0 +1,139 @@
+"""Keeping a store reaped: the loop every worker process and ``nw-jobs serve`` run.
+
+A dead worker's jobs must not wait for someone to read them: each worker
+ticks a ``Reaper`` per project between claims, and the web server runs
+``ReaperThread`` over the projects it serves. The decision is the one
+liveness predicate (via ``recovery``); the writes are ``recovery.reap``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from nw.jobs import liveness
+from nw.jobs.liveness import WorkerSeen
+from nw.jobs.model import JobsConfig
+from nw.jobs.recovery import reap_stale, workers_seen
+from nw.jobs.stores.base import JobStore
+
+log = logging.getLogger("nw.jobs")
+
+
+class Reaper:
+    """Keeps one store reaped: every worker process and ``nw-jobs serve`` run one.
+
+    ``tick`` is cheap when nothing died: one read of the runners table. Only
+    when a worker is newly dead (silent past ``worker_stale_s``, or provably
+    gone) does it scan the unfinished jobs for that worker's; a full scan
+    runs every ``heartbeat_interval_s`` for jobs no announced worker holds.
+
+    A worker's silence only counts while this reaper itself reached the store
+    throughout (each read prompt, the reads close together): after an outage
+    (a PostgreSQL restart, during which a read blocks in its retries) every
+    beat is old, and the live workers must get one beat in before they are
+    judged. Proof that a process is gone needs no such grace.
+    """
+
+    def __init__(self, store: JobStore, config: JobsConfig, holds: Callable[[str], bool]):
+        self.store, self.config, self.holds = store, config, holds
+        self._swept: set[tuple[str, float]] = set()  # (worker, last beat) already swept
+        self._ok_since: float | None = None  # monotonic: the store answered since then
+        self._last_read: float | None = None  # monotonic: when the last read returned
+        self._last_full = float("-inf")
+
+    def tick(self, *, full: bool = False) -> list[str]:
+        """One pass; the ids it reaped (requeued or closed)."""
+        try:
+            reaped = self._tick(full)
+        except Exception:
+            self._ok_since = None
+            raise
+        return reaped
+
+    def _tick(self, full: bool) -> list[str]:
+        config, now = self.config, self.config.clock()
+        asked = time.monotonic()
+        workers = workers_seen(self.store)
+        mono = time.monotonic()
+        slow = mono - asked > config.worker_beat_interval_s  # it waited out an outage
+        late = self._last_read is None or mono - self._last_read > config.worker_stale_s / 2
+        if self._ok_since is None or slow or late:
+            self._ok_since = mono
+        self._last_read = mono
+        trusted = mono - self._ok_since >= config.worker_stale_s
+        if not trusted:  # judge silence only once everyone had the time to beat again
+            recent = now - config.worker_beat_interval_s
+            workers = {
+                rid: w if w.gone else WorkerSeen(max(w.beat_at, recent), False, w.others_at)
+                for rid, w in workers.items()
+            }
+        if full or mono - self._last_full >= config.heartbeat_interval_s:
+            self._last_full = mono
+            return reap_stale(self.store, now, config, self.holds, workers)
+        dead = {
+            (rid, w.beat_at)
+            for rid, w in workers.items()
+            if not liveness.worker_alive(w, now, config)
+        }
+        fresh = dead - self._swept
+        self._swept &= dead  # forget workers that beat again or were pruned
+        if not fresh:
+            return []
+        self._swept |= fresh
+        reaped = reap_stale(self.store, now, config, self.holds, workers)
+        for rid, _ in fresh:  # a provably gone worker's row is useless from now on
+            if workers[rid].gone:
+                self.store.unregister_runner(rid)
+        return reaped
+
+
+class ReaperThread:
+    """Ticks a ``Reaper`` per project every ``worker_beat_interval_s`` until closed.
+
+    ``stores`` is called each round and answers the stores that exist now, each
+    with what this process holds of it (a project with no store yet is skipped,
+    and picked up once it has one)."""
+
+    def __init__(
+        self,
+        stores: Callable[[], Sequence[tuple[JobStore, Callable[[str], bool]]]],
+        config: JobsConfig,
+    ):
+        self._stores, self.config = stores, config
+        self._reapers: dict[int, Reaper] = {}
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._run, name="nw-reaper", daemon=True)
+
+    def start(self) -> ReaperThread:
+        self._thread.start()
+        return self
+
+    def tick(self) -> list[str]:
+        reaped = []
+        for store, held in self._stores():
+            reaper = self._reapers.get(id(store))
+            if reaper is None or reaper.store is not store:
+                reaper = self._reapers[id(store)] = Reaper(store, self.config, held)
+            reaped += reaper.tick()
+        return reaped
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.worker_beat_interval_s):
+            try:
+                reaped = self.tick()
+                self._failing = False
+            except Exception:
+                if not self._failing:  # once per outage, not once a second
+                    log.exception("reaping failed")
+                self._failing = True
+                continue
+            if reaped:
+                log.info("reaped %d job(s) whose worker was gone", len(reaped))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
