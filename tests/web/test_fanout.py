@@ -18,6 +18,8 @@ from nw.jobs import cancel_job, enqueue, facade, get_job
 from nw.jobs.model import DEFAULT_CONFIG
 from nw.jobs.stores import open_store
 from nw.jobs.web import create_app, routes_summary
+from nw.jobs.web.page_cache import PageCache
+from nw.jobs.web.streams import Marks
 from tests.helpers import wait_until
 from tests.web.server import serving
 
@@ -142,3 +144,23 @@ def test_a_polled_page_is_read_once_until_a_job_is_written(project, monkeypatch)
     ids = [j["job_id"] for j in client.get("/api/jobs?limit=50").json()["jobs"]]
     assert ids == [job.job_id, first.job_id]
     assert len(calls) == 3
+
+
+def test_the_page_cache_keeps_no_more_than_its_byte_budget(project):
+    # Given a cache of 8 kB, and pages of about 1 kB under ever new queries
+    _finish(project, DEFAULT_CONFIG, 1)
+    cache = PageCache(Marks(DEFAULT_CONFIG), live_ttl_s=1.0, max_bytes=8000)
+    builds = []
+
+    def build():
+        builds.append(1)
+        return {"jobs": [], "pad": "x" * 900}
+
+    for i in range(50):
+        cache.answer(("page", i), [project], build)
+    # Then it holds at most 8 kB: the oldest answers were dropped
+    assert 0 < cache.kept_bytes <= 8000
+    cache.answer(("page", 0), [project], build)
+    assert len(builds) == 51  # the first page was dropped, so it is read again
+    cache.answer(("page", 49), [project], build)
+    assert len(builds) == 51  # the newest is still kept

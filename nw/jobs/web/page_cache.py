@@ -26,12 +26,19 @@ LIVE_STATUSES = ("queued", "running", "cancelling")
 
 
 class PageCache:
-    def __init__(self, marks: Marks, *, live_ttl_s: float, max_entries: int = 256):
+    """At most ``max_bytes`` of answers, the least recently asked dropped first."""
+
+    def __init__(self, marks: Marks, *, live_ttl_s: float, max_bytes: int = 16 << 20):
         self._marks = marks
         self._live_ttl_s = live_ttl_s
-        self._max = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._kept: OrderedDict[Hashable, tuple[Any, float, bool, bytes]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def kept_bytes(self) -> int:
+        return self._bytes
 
     def answer(
         self, key: Hashable, projects: list[Project], build: Callable[[], dict[str, Any]]
@@ -49,11 +56,15 @@ class PageCache:
                         return Response(body, media_type="application/json")
         content = build()
         body = JSONResponse(content).body
-        if mark is not None:
+        if mark is not None and len(body) <= self._max_bytes // 8:
             live = any(job.get("status") in LIVE_STATUSES for job in content.get("jobs", ()))
             with self._lock:
+                old = self._kept.pop(key, None)
+                if old is not None:
+                    self._bytes -= len(old[3])
                 self._kept[key] = (mark, now, live, body)
-                self._kept.move_to_end(key)
-                while len(self._kept) > self._max:
-                    self._kept.popitem(last=False)
+                self._bytes += len(body)
+                while self._bytes > self._max_bytes:
+                    _, dropped = self._kept.popitem(last=False)
+                    self._bytes -= len(dropped[3])
         return Response(body, media_type="application/json")
