@@ -16,6 +16,7 @@ with warnings.catch_warnings():
 
 from nw.jobs import cancel_job, enqueue, facade, get_job
 from nw.jobs.model import DEFAULT_CONFIG
+from nw.jobs.runtime import shutdown_runtimes
 from nw.jobs.stores import open_store
 from nw.jobs.web import create_app, routes_summary
 from nw.jobs.web.page_cache import PageCache
@@ -81,8 +82,10 @@ class Stream:
 
 
 def test_many_open_trays_share_one_reader_that_reads_only_on_change(project, monkeypatch):
-    # Given a project with a finished job, served with a fast poll
+    # Given a project with a finished job, served with a fast poll, and nothing
+    # else writing to it (this process's runtime, which beats, is stopped)
     first = _finish(project, DEFAULT_CONFIG, 1)
+    shutdown_runtimes()
     reads = []
     real = routes_summary.snapshot
 

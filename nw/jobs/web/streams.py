@@ -174,7 +174,12 @@ class Feed:
                     mark, read_at = new_mark, now
                     value = self._read()
                     key = stable(value)
-                    if key != sent_key or now - sent_at >= TICK_S:
+                    # Unchanged is not resent, unless only the clock moved it (a
+                    # running job's elapsed and ETA): once a second at most. A
+                    # re-read for a write that changed nothing here (a worker's
+                    # beat moves SQLite's mark too) sends nothing.
+                    ticked = self._ticking(value) and now - sent_at >= TICK_S
+                    if key != sent_key or ticked:
                         sent_key, sent_at = key, now
                         if value is None:
                             self._publish("", sse({"error": "the job is gone"}, event="end"))
