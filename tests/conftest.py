@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import uuid
 
 import pytest
 
@@ -162,6 +163,25 @@ def cfg(request):
     close_shared_stores()
     if proj is not None:
         purge_postgres_project(proj)
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    """One project's store, called directly: the SQLite file, then PostgreSQL."""
+    if request.param == "sqlite":
+        from nw.jobs.stores.sqlite import SqliteJobStore
+
+        s = SqliteJobStore(tmp_path / "jobs.sqlite3")
+        yield s
+        s.close()
+        return
+    url = require_postgres()
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    s = PostgresJobStore(url, f"store-{uuid.uuid4().hex}")
+    yield s
+    s.purge()
+    s.close()
 
 
 class Gate:

@@ -1,4 +1,4 @@
-"""Regenerate ``misc/screenshots/demo.png`` and ``misc/screenshots/tray.png``.
+"""Regenerate the pictures in ``misc/screenshots/``: demo, tray, narrow, detail.
 
     PYTHONPATH=. python misc/screenshots/make_screenshots.py
 
@@ -10,6 +10,8 @@ cancellation, a refusal, a lower-bound cost), recorded by rich as SVG and
 rendered to PNG by headless Chromium. tray.png: the web tray over that
 project's history plus a few live jobs (a learned ETA, an observed one, one
 still estimating, one with an unpriced call), captured through Selenium.
+narrow.png: that tray 420 px wide. detail.png: the failed narration's own
+view (``#job=<id>``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from rich.console import Console  # noqa: E402
 
 from nw import Project  # noqa: E402
 from nw.demo import DEMO_CONFIG, DemoRun, frame, next_run_number, pipeline, run_demo  # noqa: E402
-from nw.jobs import JobCancelled, cancel_job, enqueue, get_job, to_dict  # noqa: E402
+from nw.jobs import JobCancelled, cancel_job, enqueue, get_job, list_jobs, to_dict  # noqa: E402
 from nw.jobs.runtime import shutdown_runtimes  # noqa: E402
 from tests.helpers import HEADLESS_CHROMIUM_FLAGS, wait_until  # noqa: E402
 
@@ -201,6 +203,26 @@ def tray_png(root: Path, out: Path, work: Path) -> None:
             driver.set_window_size(1100, min(int(height) + 20, 1150))
             time.sleep(0.3)
             driver.save_screenshot(str(out))
+            # The same tray on a phone-sized window: nothing is cut off or scrolls sideways.
+            driver.set_window_size(420, 1150)
+            time.sleep(0.6)
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            driver.set_window_size(420, min(int(height) + 20, 2200))
+            time.sleep(0.4)
+            driver.save_screenshot(str(out.with_name("narrow.png")))
+            # A failed job's own view: error, grade, attempts, trail, cost, params, Retry.
+            failed = list_jobs(project, status="failed", limit=1, config=DEMO_CONFIG)[0]
+            driver.set_window_size(1100, 1150)
+            driver.get(f"{url}/#job={failed.job_id}")
+            wait_until(
+                lambda: driver.find_elements("css selector", "#detail table.trail"),
+                what="the job's view with its trail",
+            )
+            time.sleep(1.2)  # the trail and a live event drawn
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            driver.set_window_size(1100, min(int(height) + 20, 1600))
+            time.sleep(0.4)
+            driver.save_screenshot(str(out.with_name("detail.png")))
     finally:
         driver.quit()
         stop.set()
@@ -218,7 +240,7 @@ def main() -> None:
         tray_png(root, HERE / "tray.png", work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"wrote {HERE / 'demo.png'} and {HERE / 'tray.png'}")
+    print(f"wrote demo.png, tray.png, narrow.png and detail.png in {HERE}")
 
 
 if __name__ == "__main__":

@@ -1,30 +1,8 @@
-"""The store under contract: one fixture, parametrized over every backend."""
+"""The store under contract is the root conftest's `store`; here, its read-only twin."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-
-from tests.conftest import BACKENDS, require_postgres
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        from nw.jobs.stores.sqlite import SqliteJobStore
-
-        s = SqliteJobStore(tmp_path / "jobs.sqlite3")
-        yield s
-        s.close()
-        return
-    url = require_postgres()
-    from nw.jobs.stores.postgres import PostgresJobStore
-
-    s = PostgresJobStore(url, f"contract-{uuid.uuid4().hex}")
-    yield s
-    s.purge()
-    s.close()
 
 
 @pytest.fixture

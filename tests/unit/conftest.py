@@ -1,16 +1,12 @@
 """A synchronous store and a fake clock, for deciding code driven on the test's thread.
 
-``store`` is a real backend (the SQLite file, then PostgreSQL), called directly:
-no runtime, no worker, no polling. ``clock`` is the only time the code sees.
+``store`` (the root conftest's) is a real backend (the SQLite file, then PostgreSQL), called
+directly: no runtime, no worker, no polling. ``clock`` is the only time the code sees.
 """
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-
-from tests.conftest import BACKENDS, require_postgres
 
 T0 = 1_700_000_000.0
 
@@ -32,24 +28,6 @@ class FakeClock:
 @pytest.fixture
 def clock():
     return FakeClock()
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        from nw.jobs.stores.sqlite import SqliteJobStore
-
-        s = SqliteJobStore(tmp_path / "jobs.sqlite3")
-        yield s
-        s.close()
-        return
-    url = require_postgres()
-    from nw.jobs.stores.postgres import PostgresJobStore
-
-    s = PostgresJobStore(url, f"unit-{uuid.uuid4().hex}")
-    yield s
-    s.purge()
-    s.close()
 
 
 def a_record(job_id: str, *, at: float = T0, kind: str = "render", **extra) -> dict:

@@ -15,18 +15,24 @@ from starlette.requests import Request
 
 from nw.jobs import enqueue, get_job
 from nw.jobs.web import routes_console, routes_jobs, routes_summary, routes_tray
+from nw.jobs.web.page_cache import PageCache
 from nw.jobs.web.state import Projects
+from nw.jobs.web.streams import Feeds, Marks
 from tests.helpers import wait_until
 
 
 def request_to(project, config, *, path_params=None, query=None, root_path=""):
     """A request as Starlette's router hands it to an endpoint, with no app around it."""
+    closing, marks = threading.Event(), Marks(config)
     state = SimpleNamespace(
         projects=Projects([project]),
         config=config,
         poll_interval_s=0.05,
         stream_max_s=1.0,
-        closing=threading.Event(),
+        closing=closing,
+        feeds=Feeds(0.05, closing),
+        marks=marks,
+        page_cache=PageCache(marks, live_ttl_s=0.05),
     )
     scope = {
         "type": "http",

@@ -22,7 +22,7 @@ overwrite a newer attempt or a final state.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -84,6 +84,12 @@ class JobStore(ABC):
     @abstractmethod
     def iter_ids(self) -> Iterator[str]:
         """Job ids, newest first."""
+
+    def change_mark(self) -> Hashable | None:
+        """A cheap value that moves whenever a job, its status or its trail is
+        written (by this handle or any other): a watcher reads the jobs only when
+        it moved. None: this store cannot tell (read every time)."""
+        return None
 
     # ----- the atomic transitions -----------------------------------------------
     @abstractmethod

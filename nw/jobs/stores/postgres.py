@@ -256,6 +256,9 @@ class PostgresJobStore(JobStore):
     def live(self) -> list[JobRow]:
         return [self._row(r) for r in self._read("live", {})]
 
+    def change_mark(self) -> tuple[Any, ...]:
+        return tuple(self._read("change_mark", {})[0].values())
+
     def iter_ids(self) -> Iterator[str]:
         return iter([r["job_id"] for r in self._read("iter_ids", {})])
 

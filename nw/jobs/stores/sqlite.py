@@ -265,6 +265,12 @@ class SqliteJobStore(JobStore):
             rows = c.execute(Q["live"]).fetchall()
         return [self._row(r) for r in rows]
 
+    def change_mark(self) -> tuple[int, int]:
+        # data_version moves on a commit by any other connection, total_changes
+        # on this one's own writes; both are free (no table is read).
+        with self._cursor() as c:
+            return c.execute(Q["change_mark"]).fetchone()[0], c.total_changes
+
     def iter_ids(self) -> Iterator[str]:
         with self._cursor() as c:
             ids = [r["job_id"] for r in c.execute(Q["iter_ids"])]

@@ -29,8 +29,16 @@ from nw.errors import InvalidSetting
 from nw.jobs import facade
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.reaper import ReaperThread
-from nw.jobs.web import routes_console, routes_jobs, routes_metrics, routes_summary, routes_tray
+from nw.jobs.web import (
+    routes_console,
+    routes_jobs,
+    routes_metrics,
+    routes_summary,
+    routes_tray,
+    streams,
+)
 from nw.jobs.web.errors import HANDLERS
+from nw.jobs.web.page_cache import PageCache
 from nw.jobs.web.security import LOOPBACK_HOSTS, BearerAuth, BodyLimit, HostGuard
 from nw.jobs.web.state import Projects
 from nw.project import Project
@@ -93,6 +101,7 @@ def create_app(
         finally:
             closing.set()
             reaper.close()
+            app.state.marks.close()
 
     app = Starlette(
         routes=ROUTES, middleware=middleware, exception_handlers=HANDLERS, lifespan=lifespan
@@ -104,4 +113,8 @@ def create_app(
     # Set when the server stops: open event streams end at their next poll
     # instead of holding the shutdown until they are cancelled.
     app.state.closing = closing
+    # One poller per watched value, whatever the number of open streams.
+    app.state.feeds = streams.Feeds(poll_interval_s, app.state.closing)
+    app.state.marks = streams.Marks(config)
+    app.state.page_cache = PageCache(app.state.marks, live_ttl_s=poll_interval_s)
     return app

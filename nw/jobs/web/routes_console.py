@@ -15,7 +15,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from nw.jobs import console, facade
@@ -27,7 +27,7 @@ PAGE_MAX = 1000
 _FILTERS = ("status", "kind", "actor", "grade", "q")
 
 
-def list_jobs(request: Request) -> JSONResponse:
+def list_jobs(request: Request) -> Response:
     """``{"jobs": [...], "next": id or null}``: newest first, filtered, from ``before``."""
     limit = int_param(request, "limit", 50, low=1, high=PAGE_MAX)
     query = request.query_params
@@ -42,16 +42,22 @@ def list_jobs(request: Request) -> JSONResponse:
         if not found:
             raise HTTPException(400, f"before: no job {before} in the served projects")
         cursor = found[0]
-    rows: list[tuple[tuple[str, str], dict[str, Any]]] = []
-    for project in served:
-        jobs = facade.list_jobs(project, before=cursor, limit=limit, config=config, **filters)
-        for job in jobs:
-            when = job.created_at.isoformat() if job.created_at else ""
-            rows.append(((when, job.job_id), state.job_json(job, project)))
-    rows.sort(key=lambda r: r[0], reverse=True)
-    page = [r for _, r in rows[:limit]]
-    more = len(rows) >= limit and bool(page)
-    return JSONResponse({"jobs": page, "next": page[-1]["job_id"] if more else None})
+
+    def build() -> dict[str, Any]:
+        rows: list[tuple[tuple[str, str], dict[str, Any]]] = []
+        for project in served:
+            jobs = facade.list_jobs(project, before=cursor, limit=limit, config=config, **filters)
+            for job in jobs:
+                when = job.created_at.isoformat() if job.created_at else ""
+                rows.append(((when, job.job_id), state.job_json(job, project)))
+        rows.sort(key=lambda r: r[0], reverse=True)
+        page = [r for _, r in rows[:limit]]
+        more = len(rows) >= limit and bool(page)
+        return {"jobs": page, "next": page[-1]["job_id"] if more else None}
+
+    # Pollers asking for the same page share one read until a job is written.
+    key = ("jobs", tuple(sorted(query.multi_items())))
+    return request.app.state.page_cache.answer(key, served, build)
 
 
 def job_progress(request: Request) -> JSONResponse:

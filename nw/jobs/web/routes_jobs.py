@@ -81,16 +81,24 @@ def _enqueue_request(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 async def job_events(request: Request) -> StreamingResponse:
-    """The job's ``to_dict`` on each change, until it ends."""
+    """The job's ``to_dict`` on each change, until it ends (one reader per job,
+    however many pages watch it)."""
     job_id = request.path_params["job_id"]
-    project, first = await run_in_threadpool(state.found_job, request, job_id)
+    project, _ = await run_in_threadpool(state.found_job, request, job_id)
     config = state.config(request)
 
     def read() -> streams.Data:
         job = facade.get_job(project, job_id, config=config)
         return None if job is None else state.job_json(job, project)
 
-    return streams.follow(request, state.job_json(first, project), read, streams.job_ended)
+    return streams.follow(
+        request,
+        ("job", job_id),
+        read,
+        [project],
+        ticking=streams.job_running,
+        done=streams.job_ended,
+    )
 
 
 routes = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
@@ -23,12 +22,18 @@ def summary(request: Request) -> JSONResponse:
     return JSONResponse(snapshot(request, request.query_params.get("actor") or None))
 
 
-async def summary_events(request: Request) -> StreamingResponse:
+def summary_events(request: Request) -> StreamingResponse:
     """The snapshot on each change: one connection for the whole tray (browsers allow
-    six per host, so a stream per job would starve the page)."""
+    six per host, so a stream per job would starve the page). Every tray watching
+    the same actor shares one reader."""
     actor = request.query_params.get("actor") or None
-    first = await run_in_threadpool(snapshot, request, actor)
-    return streams.follow(request, first, lambda: snapshot(request, actor), None)
+    return streams.follow(
+        request,
+        ("summary", actor),
+        lambda: snapshot(request, actor),
+        state.projects(request).all,
+        ticking=streams.tray_running,
+    )
 
 
 routes = [

@@ -1,28 +1,46 @@
-"""Server-sent events: a value re-read on a poll, sent when it changes.
+"""Server-sent events: one reader per watched value, fanned out to every open stream.
 
-The streams poll the store (a job's writer is often another process), send
-a value when it changes (or once a second, for what only the clock moves),
-and end when the value is final, after ``stream_max_s`` (the browser's
+A job's writer is often another process, so a value (the tray's snapshot, one
+job) is re-read from the store. Each distinct value has one ``Feed``: a poller
+task that exists while someone watches, asks the stores a cheap "has
+anything changed?" (``JobStore.change_mark``) every ``poll_interval_s`` and
+reads the value only when the answer moved (or once a second while something
+runs, for what only the clock moves: elapsed, ETA, a silent worker). A change
+is encoded once and handed to every subscriber, so 200 open trays cost what
+one does; an idle server does one tiny query per project per poll.
+
+A stream sends the current value at once, then each change; it ends when the
+value is final (a finished job), after ``stream_max_s`` (the browser's
 ``EventSource`` reconnects; long connections through proxies go stale), or
-when the server closes (``app.state.closing``).
+when the server closes (``app.state.closing``). Between changes it sends a
+comment every ``KEEPALIVE_S`` so proxies keep it open.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from typing import Any
 
-import anyio
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from nw.jobs.model import JobsConfig
+from nw.jobs.stores import open_store
+from nw.jobs.stores.base import JobStore
+from nw.project import Project
+
+log = logging.getLogger("nw.jobs.web")
 Data = dict[str, Any] | None
 VOLATILE = ("elapsed_s", "queue_wait_s", "remaining_s", "eta_s", "eta_ts", "worker_silent_s")
 """Fields that change with the clock alone; a stream resends them once a second, not per poll."""
+TICK_S = 1.0
+KEEPALIVE_S = 15.0
 
 
 def stable(value: Any) -> str:
@@ -49,48 +67,219 @@ def job_ended(data: Data) -> bool:
     return data is None or data.get("status") in ("succeeded", "failed", "cancelled")
 
 
-async def changes(
-    first: Data,
-    read: Callable[[], Data],
-    every_s: float,
-    max_s: float,
-    done: Callable[[Data], bool] | None,
-    closing: threading.Event,
-) -> AsyncIterator[str]:
-    """SSE chunks: ``first``, then each change (or a clock tick a second), until ``done``,
-    ``max_s`` or ``closing``."""
-    yield "retry: 2000\n\n"
-    data = first
-    sent_key, sent_at = None, 0.0
-    ends_at = time.monotonic() + max_s
-    while True:
-        if data is None:
-            yield sse({"error": "the job is gone"}, event="end")
-            return
-        key, now = stable(data), time.monotonic()
-        if key != sent_key or now - sent_at >= 1.0:
-            sent_key, sent_at = key, now
-            yield sse(data)
-        if done is not None and done(data):
-            yield sse({"status": data.get("status")}, event="end")
-            return
-        if now >= ends_at or closing.is_set():
-            return
-        await anyio.sleep(every_s)
-        data = await run_in_threadpool(read)
+def job_running(data: Data) -> bool:
+    return not job_ended(data)
+
+
+def tray_running(data: Data) -> bool:
+    return bool(data and data.get("active"))
+
+
+class Marks:
+    """Each served project's change mark, through one read-only handle per project
+    kept open (SQLite's ``data_version`` is per connection)."""
+
+    def __init__(self, config: JobsConfig):
+        self.config = config
+        self._stores: dict[Project, JobStore] = {}
+        self._lock = threading.Lock()
+
+    def of(self, projects: Iterable[Project]) -> tuple[Hashable, ...] | None:
+        """The projects' marks together; None when a store cannot tell (read anyway)."""
+        marks = []
+        for project in projects:
+            mark = self._mark(project)
+            if mark is None:
+                return None
+            marks.append(mark)
+        return tuple(marks)
+
+    def _mark(self, project: Project) -> Hashable | None:
+        with self._lock:
+            store = self._stores.get(project)
+            if store is None:
+                store = open_store(project, self.config, create=False)
+                if store is None:
+                    return ("no store yet",)
+                self._stores[project] = store
+            try:
+                return store.change_mark()
+            except Exception:
+                # A store that failed (a network blip, a replaced file) is reopened
+                # next time; this once, the reader decides (and reports) for itself.
+                self._stores.pop(project, None)
+                with contextlib.suppress(Exception):
+                    store.close()
+                return None
+
+    def close(self) -> None:
+        with self._lock:
+            stores, self._stores = list(self._stores.values()), {}
+        for store in stores:
+            with contextlib.suppress(Exception):
+                store.close()
+
+
+class Feed:
+    """One value, read by one poller thread while anyone watches, fanned out to them all.
+
+    The poller is a thread of its own (not one of the request thread pool's, which
+    it would hold for its whole life); it hands each change to the subscribers'
+    event loop with ``call_soon_threadsafe``.
+    """
+
+    def __init__(
+        self,
+        key: Hashable,
+        read: Callable[[], Data],
+        mark: Callable[[], Hashable | None],
+        ticking: Callable[[Data], bool],
+        done: Callable[[Data], bool] | None,
+        feeds: Feeds,
+    ):
+        self.key, self._read, self._mark, self._ticking, self._done = key, read, mark, ticking, done
+        self._feeds = feeds
+        self._lock = threading.Lock()
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._thread: threading.Thread | None = None
+        self.version = 0
+        self.chunk = ""  # the latest value as one SSE message, encoded once for everyone
+        self.final: str | None = None  # set once no more values come ("" ends silently)
+
+    def _publish(self, chunk: str, final: str | None = None) -> None:
+        with self._lock:
+            self.chunk, self.final = chunk, final
+            self.version += 1
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):  # a loop that already closed
+                loop.call_soon_threadsafe(event.set)
+
+    def _poll(self) -> None:
+        closing, every_s = self._feeds.closing, self._feeds.poll_interval_s
+        sent_key, sent_at, read_at, mark, value = None, 0.0, 0.0, object(), None
+        try:
+            while True:
+                with self._lock:
+                    if not self._waiters:  # nobody watches: the next one starts afresh
+                        self._thread = None
+                        self._feeds.forget(self)
+                        return
+                if closing.is_set():
+                    break
+                now = time.monotonic()
+                new_mark = self._mark()
+                due = self.version > 0 and self._ticking(value) and now - read_at >= TICK_S
+                if new_mark is None or new_mark != mark or due:
+                    mark, read_at = new_mark, now
+                    value = self._read()
+                    key = stable(value)
+                    # Unchanged is not resent, unless only the clock moved it (a
+                    # running job's elapsed and ETA): once a second at most. A
+                    # re-read for a write that changed nothing here (a worker's
+                    # beat moves SQLite's mark too) sends nothing.
+                    ticked = self._ticking(value) and now - sent_at >= TICK_S
+                    if key != sent_key or ticked:
+                        sent_key, sent_at = key, now
+                        if value is None:
+                            self._publish("", sse({"error": "the job is gone"}, event="end"))
+                        elif self._done is not None and self._done(value):
+                            self._publish(sse(value), sse({"status": value["status"]}, event="end"))
+                        else:
+                            self._publish(sse(value))
+                    if self.final is not None:
+                        break
+                closing.wait(every_s)
+        except Exception:  # the read failed: the streams end and browsers reconnect
+            log.exception("reading %s for its event stream failed", self.key)
+        self._feeds.forget(self)
+        self._publish(self.chunk, self.final if self.final is not None else "")
+
+    async def stream(self, max_s: float) -> AsyncIterator[str]:
+        """This subscriber's SSE chunks."""
+        event = asyncio.Event()
+        me = (asyncio.get_running_loop(), event)
+        with self._lock:
+            self._waiters.add(me)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._poll, name=f"nw-jobs feed {self.key}", daemon=True
+                )
+                self._thread.start()
+        try:
+            yield "retry: 2000\n\n"
+            ends_at = time.monotonic() + max_s
+            seen = 0
+            while True:
+                event.clear()
+                with self._lock:
+                    version, chunk, final = self.version, self.chunk, self.final
+                if version != seen:
+                    seen = version
+                    if chunk:
+                        yield chunk
+                    if final is not None:
+                        if final:
+                            yield final
+                        return
+                left = ends_at - time.monotonic()
+                if left <= 0 or self._feeds.closing.is_set():
+                    return
+                try:
+                    await asyncio.wait_for(event.wait(), min(left, KEEPALIVE_S))
+                except TimeoutError:
+                    yield ": keepalive\n\n"
+        finally:
+            with self._lock:
+                self._waiters.discard(me)
+
+
+class Feeds:
+    """The app's feeds by key (one per watched value, while watched)."""
+
+    def __init__(self, poll_interval_s: float, closing: threading.Event):
+        self.poll_interval_s = poll_interval_s
+        self.closing = closing
+        self._feeds: dict[Hashable, Feed] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, make: Callable[[], Feed]) -> Feed:
+        with self._lock:
+            feed = self._feeds.get(key)
+            if feed is None:
+                feed = self._feeds[key] = make()
+            return feed
+
+    def forget(self, feed: Feed) -> None:
+        with self._lock:
+            if self._feeds.get(feed.key) is feed:
+                del self._feeds[feed.key]
 
 
 def follow(
-    request: Request, first: Data, read: Callable[[], Data], done: Callable[[Data], bool] | None
+    request: Request,
+    key: Hashable,
+    read: Callable[[], Data],
+    projects: list[Project],
+    *,
+    ticking: Callable[[Data], bool],
+    done: Callable[[Data], bool] | None = None,
 ) -> StreamingResponse:
-    """The response that streams ``first`` and then ``read()``'s changes, paced by
-    the app's ``poll_interval_s`` and ``stream_max_s`` and ended by its ``closing``."""
-    settings = request.app.state
-    chunks = changes(
-        first, read, settings.poll_interval_s, settings.stream_max_s, done, settings.closing
-    )
+    """The stream of ``read()``'s value under ``key``, shared with every other
+    request for the same key; re-read when ``projects``' stores change."""
+    state = request.app.state
+    feeds: Feeds = state.feeds
+    marks: Marks = state.marks
+
+    def make() -> Feed:
+        return Feed(key, read, lambda: marks.of(projects), ticking, done, feeds)
+
+    async def chunks() -> AsyncIterator[str]:
+        async for chunk in feeds.get(key, make).stream(state.stream_max_s):
+            yield chunk
+
     return StreamingResponse(
-        chunks,
+        chunks(),
         media_type="text/event-stream",
         headers={"cache-control": "no-store", "x-accel-buffering": "no"},
     )

@@ -186,6 +186,19 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
  WHERE j.project_id = %(project_id)s AND j.finished_at IS NULL
  ORDER BY j.created_at, j.job_id;
 
+-- name: change_mark
+-- Moves on every write to the project's jobs or status entries (the web's
+-- watchers read the jobs only then; a progress beat patches the job too): a
+-- written row version has a newer xmin, so the sum grows; a deleted row
+-- lowers the count. One scan of the project's rows in each table, no row
+-- decoded.
+SELECT (SELECT count(*) FROM nw_jobs.jobs WHERE project_id = %(project_id)s) AS jobs,
+       (SELECT coalesce(sum(xmin::text::bigint), 0) FROM nw_jobs.jobs
+         WHERE project_id = %(project_id)s) AS jobs_xmin,
+       (SELECT count(*) FROM nw_jobs.status WHERE project_id = %(project_id)s) AS status,
+       (SELECT coalesce(sum(xmin::text::bigint), 0) FROM nw_jobs.status
+         WHERE project_id = %(project_id)s) AS status_xmin;
+
 -- name: iter_ids
 -- Job ids, newest first.
 SELECT job_id FROM nw_jobs.jobs

@@ -136,6 +136,11 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
  WHERE j.finished_at IS NULL
  ORDER BY j.created_at;
 
+-- name: change_mark
+-- Moves when another connection commits (the web's watchers read the jobs
+-- only then); reads no table.
+PRAGMA data_version;
+
 -- name: iter_ids
 -- Job ids, newest first.
 SELECT job_id FROM jobs ORDER BY created_at DESC;
