@@ -585,7 +585,6 @@ def list_limits(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) ->
     store, _ = _reader(as_project(project), config)
     if store is None:
         return []
-    scope = "project" if type(store).__name__.startswith("Sqlite") else "database"
     return [
         {
             "key": lim.key,
@@ -593,7 +592,7 @@ def list_limits(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) ->
             "per_second": lim.per_second,
             "running": lim.running,
             "started_last_s": lim.started_last_s,
-            "scope": scope,
+            "scope": store.limit_scope,
         }
         for lim in store.limits(now=config.clock())
     ]

@@ -416,3 +416,8 @@ def test_a_retried_run_keeps_its_key_and_priority(project, cfg):
     again = jobs.retry_job(project, job.job_id, config=cfg)
     assert again.status == jobs.QUEUED
     assert again.limit_key == "fal:kling" and again.priority == 3
+
+
+def test_a_limit_says_who_shares_it(project, cfg):
+    got = jobs.set_limit(project, "fal:kling", max_running=2, config=cfg)
+    assert got["scope"] == ("database" if cfg.database_url else "project")

@@ -53,6 +53,9 @@ class JobStore(ABC):
     """One project's jobs, behind atomic operations."""
 
     read_only: bool = False
+    limit_scope: str = "project"
+    """Who shares this store's limits: the project's workers, or (PostgreSQL)
+    every project in the ``database``."""
 
     # ----- membership and reads -------------------------------------------------
     @abstractmethod

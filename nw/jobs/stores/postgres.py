@@ -114,6 +114,8 @@ def channel_for(project_id: str) -> str:
 class PostgresJobStore(JobStore):
     """One project's jobs in a PostgreSQL database (see the module docstring)."""
 
+    limit_scope = "database"  # the limits table is not per project
+
     def __init__(
         self,
         url: str,
