@@ -21,6 +21,7 @@ from nw.jobs.eta import predict_total_s
 from nw.jobs.facade import (
     cancel_job,
     enqueue,
+    enqueue_many,
     estimate,
     get_job,
     get_job_progress,
@@ -85,6 +86,7 @@ __all__ = [
     "UnknownKind",
     "cancel_job",
     "enqueue",
+    "enqueue_many",
     "error_kind_of",
     "estimate",
     "get_job",

@@ -19,7 +19,7 @@ it into two jobs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -76,29 +76,53 @@ class Quote:
         and only while committed spend is below the cap. ``approved`` never
         lifts a known quote over the cap.
         """
-        cap = config.budget_usd
-        if cap is None:
+        if config.budget_usd is None:
             return
         if store is not None and job_id is not None:
             row = store.get(job_id)
             if row is not None and row.status in ACTIVE_STATUSES:
                 return
-        totals = store.spend() if store is not None else NO_SPEND
-        committed = float(totals["actual_usd"]) + float(totals["live_estimated_usd"])
-        lower = bool(totals["lower_bound"]) or int(totals["live_unknown"]) > 0
-        quote = self.estimated_usd
-        if quote is None:
+        gate_batch([self], store, approved=approved, config=config)
+
+
+def gate_batch(
+    quotes: Sequence[Quote],
+    store: Any,
+    *,
+    approved: bool,
+    config: JobsConfig,
+    names: Sequence[str] | None = None,
+) -> None:
+    """``Quote.gate`` for new jobs admitted together: each in turn must fit
+    under the cap with the committed spend plus the quotes before it, so a
+    batch is admitted exactly when enqueuing its jobs one by one would admit
+    them all. ``quotes`` are only the jobs the batch would write (live
+    duplicates already left out); ``names`` say which item a refusal is about."""
+    cap = config.budget_usd
+    if cap is None or not quotes:
+        return
+    totals = store.spend() if store is not None else NO_SPEND
+    committed = float(totals["actual_usd"]) + float(totals["live_estimated_usd"])
+    lower = bool(totals["lower_bound"]) or int(totals["live_unknown"]) > 0
+    for k, quote in enumerate(quotes):
+        usd = quote.estimated_usd
+        if usd is None:
             if approved and committed < cap:
-                return
-        elif committed + quote <= cap + _CAP_EPSILON_USD:
-            return
-        raise BudgetExceeded(
+                lower = True  # a live unknown now counts, as it would once written
+                continue
+        elif committed + usd <= cap + _CAP_EPSILON_USD:
+            committed += usd
+            continue
+        exc = BudgetExceeded(
             cap_usd=cap,
             committed_usd=committed,
-            quote_usd=quote,
+            quote_usd=usd,
             committed_is_lower_bound=lower,
-            needs_approval=quote is None and not approved,
+            needs_approval=usd is None and not approved,
         )
+        if names is not None:
+            exc.args = (f"{names[k]}: {exc.args[0]}",)
+        raise exc
 
 
 NO_SPEND: Mapping[str, Any] = MappingProxyType(

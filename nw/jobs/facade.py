@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from au import ComputationStatus
@@ -72,6 +73,83 @@ def _actor(actor: Any) -> dict[str, str] | None:
     raise InvalidType("actor must be an id string or a mapping with 'id' (and 'handle')")
 
 
+@dataclass(frozen=True)
+class _Item:
+    """One enqueue request, validated and quoted; nothing written yet."""
+
+    kind: str
+    params: dict[str, Any]
+    units: int | None
+    fn: Callable | None
+    spec: kinds.KindSpec | None
+    quote: costing.Quote
+    basis: str
+    job_id: str
+    label: str | None
+    actor: dict[str, str] | None
+
+
+def _prepare(
+    proj: Project,
+    kind: Any,
+    params: Any,
+    *,
+    dispatch: Mapping[str, Callable] | None,
+    idempotency_key: Any,
+    label: Any,
+    actor: Any,
+    config: JobsConfig,
+) -> _Item:
+    """Everything ``enqueue`` checks before it touches a store (see its raises)."""
+    if not isinstance(kind, str) or not kind:
+        raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
+    who = _actor(actor)
+    params = ids.check_json_params(costing.with_plan_dict(params))
+    units = ids.check_units(params)
+    fn = dispatch.get(kind) if dispatch else None
+    spec = kinds.kind_spec(kind)
+    if fn is None and spec is None:
+        known = sorted(set(dispatch or ()) | set(kinds.registered_kinds()))
+        raise UnknownKind(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
+    quote = quote_for(proj, kind, params, config)
+    basis = idempotency_key if idempotency_key is not None else quote.identity
+    if not isinstance(basis, str) or not basis:
+        raise InvalidValue("idempotency_key must be a non-empty string")
+    job_id = ids.job_id_for(proj.project_id, kind, basis)
+    return _Item(kind, params, units, fn, spec, quote, basis, job_id, label, who)
+
+
+def _new_record(
+    item: _Item,
+    plan: eta.EtaPlan,
+    samples: Mapping[str, list[float]],
+    rt: Runtime | None,
+    config: JobsConfig,
+) -> dict[str, Any]:
+    """The queued record of a prepared item, with its ETA prediction."""
+    fn, spec = item.fn, item.spec
+    # Retries are the worker tier's: a requeued job is claimed by a worker, and
+    # an in-process body's callable lives only in the process that enqueued it.
+    retryable = bool(fn is None and spec and spec.retryable)
+    max_attempts = spec.max_attempts if spec and spec.max_attempts else config.max_attempts
+    return new_record(
+        job_id=item.job_id,
+        kind=item.kind,
+        label=item.label or _label(item.kind, item.params),
+        idempotency_key=item.basis,
+        params=item.params,
+        now=config.clock(),
+        plan=plan,
+        prediction=eta.prediction_fields(plan, samples, config),
+        estimated_usd=item.quote.estimated_usd,
+        runner=RUNNER_INPROC if fn is not None else RUNNER_WORKER,
+        max_attempts=max_attempts if retryable else 1,
+        actor=item.actor,
+        retryable=retryable,
+        runner_id=rt.runner_id if rt is not None and fn is not None else None,  # its owner
+    )
+
+
 def enqueue(
     project: ProjectLike,
     kind: str,
@@ -113,24 +191,20 @@ def enqueue(
     and ``BudgetExceeded`` (over ``config.budget_usd``, or an unknown cost under
     a cap without ``approved=True``). ``JobStoreError`` when the store fails.
     """
-    proj = as_project(project)
-    if not isinstance(kind, str) or not kind:
-        raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
-    who = _actor(actor)  # checked before the runtime or the store is started
-    params = ids.check_json_params(costing.with_plan_dict(params))
-    units = ids.check_units(params)
-    fn = dispatch.get(kind) if dispatch else None
-    spec = kinds.kind_spec(kind)
-    if fn is None and spec is None:
-        known = sorted(set(dispatch or ()) | set(kinds.registered_kinds()))
-        raise UnknownKind(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
     if backend is not None:
         raise NotImplementedError("a custom backend is not supported; use JobsConfig")
-    quote = quote_for(proj, kind, params, config)
-    basis = idempotency_key if idempotency_key is not None else quote.identity
-    if not isinstance(basis, str) or not basis:
-        raise InvalidValue("idempotency_key must be a non-empty string")
-    job_id = ids.job_id_for(proj.project_id, kind, basis)
+    proj = as_project(project)
+    item = _prepare(
+        proj,
+        kind,
+        params,
+        dispatch=dispatch,
+        idempotency_key=idempotency_key,
+        label=label,
+        actor=actor,
+        config=config,
+    )
+    fn, quote, job_id = item.fn, item.quote, item.job_id
     # Refused before any store is created or opened for writing; checked again
     # inside the create transaction (``admit``), where concurrent enqueues serialise.
     quote.gate(
@@ -138,29 +212,9 @@ def enqueue(
     )
     rt = _runtime(proj, config) if fn is not None else None
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
-    plan = eta.eta_plan(params, units, config)
+    plan = eta.eta_plan(item.params, item.units, config)
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
-    prediction = eta.prediction_fields(plan, samples, config)
-    # Retries are the worker tier's: a requeued job is claimed by a worker, and
-    # an in-process body's callable lives only in the process that enqueued it.
-    retryable = bool(fn is None and spec and spec.retryable)
-    max_attempts = spec.max_attempts if spec and spec.max_attempts else config.max_attempts
-    record = new_record(
-        job_id=job_id,
-        kind=kind,
-        label=label or _label(kind, params),
-        idempotency_key=basis,
-        params=params,
-        now=config.clock(),
-        plan=plan,
-        prediction=prediction,
-        estimated_usd=quote.estimated_usd,
-        runner=RUNNER_INPROC if fn is not None else RUNNER_WORKER,
-        max_attempts=max_attempts if retryable else 1,
-        actor=who,
-        retryable=retryable,
-        runner_id=rt.runner_id if rt is not None else None,  # who owns an in-process job
-    )
+    record = _new_record(item, plan, samples, rt, config)
     admit = None
     if config.budget_usd is not None:
 
@@ -192,6 +246,150 @@ def enqueue(
             raise
     worker = None if created else _worker(store, row)
     return to_job(row, config.clock(), config, worker)
+
+
+_ITEM_FIELDS = ("kind", "params", "idempotency_key", "label", "actor")
+
+
+def _item_fields(item: Any) -> dict[str, Any]:
+    """An ``enqueue_many`` item as ``enqueue``'s arguments."""
+    if isinstance(item, Mapping):
+        unknown = sorted(set(map(str, item)) - set(_ITEM_FIELDS))
+        if unknown:
+            raise InvalidType(
+                f"unknown field(s) {', '.join(map(repr, unknown))}; an item has "
+                f"{', '.join(_ITEM_FIELDS)}"
+            )
+        if "kind" not in item:
+            raise UnknownKind("an item needs a 'kind'")
+        fields = {name: item.get(name) for name in _ITEM_FIELDS}
+        fields["params"] = {} if fields["params"] is None else fields["params"]
+        return fields
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return {
+            "kind": item[0],
+            "params": item[1],
+            "idempotency_key": None,
+            "label": None,
+            "actor": None,
+        }
+    raise InvalidType(
+        f"an item is a (kind, params) pair or a mapping with 'kind' and 'params',"
+        f" not {type(item).__name__}"
+    )
+
+
+def _about(exc: BaseException, name: str) -> BaseException:
+    """``exc`` (same type, same attributes) with its message naming the item."""
+    first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    exc.args = (f"{name}: {first}", *exc.args[1:])
+    return exc
+
+
+def enqueue_many(
+    project: ProjectLike,
+    items: Iterable[tuple[str, Mapping[str, Any]] | Mapping[str, Any]],
+    *,
+    dispatch: Mapping[str, Callable] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    approved: bool = False,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> list[Job]:
+    """Enqueue a batch: one store transaction and one worker wake-up for all.
+
+    Each item is a ``(kind, params)`` pair or a mapping with ``kind``,
+    ``params`` and optionally ``idempotency_key``, ``label`` and ``actor``, and
+    means exactly what ``enqueue`` with those arguments means: one job per
+    distinct job id (an item whose job is live, in the store or earlier in
+    this batch, gets that job back), today's quote, the ETA prediction, a
+    ``dispatch`` body run here or a registered kind left for workers. The
+    result lists one ``Job`` per item, in order.
+
+    All or nothing: an item that ``enqueue`` would refuse refuses the whole
+    batch before anything is written, with the error ``enqueue`` raises
+    (same type) prefixed ``item N:`` (N its index in ``items``, from 0). The
+    budget (``config.budget_usd``) is checked over the batch: it is admitted
+    only if every new job in it fits, as if enqueued one after another.
+    """
+    proj = as_project(project)
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise InvalidType(f"items must be an iterable of items, not {type(items).__name__}")
+    prepared: list[_Item] = []
+    for n, raw in enumerate(items):
+        try:
+            prepared.append(_prepare(proj, **_item_fields(raw), dispatch=dispatch, config=config))
+        except Exception as exc:
+            raise _about(exc, f"item {n}") from None
+    first: dict[str, int] = {}  # job id -> its first item; later ones are duplicates
+    for n, item in enumerate(prepared):
+        first.setdefault(item.job_id, n)
+    unique = sorted(first.values())
+    if config.budget_usd is not None:  # before any store is created or opened for writing
+        store = shared_store(proj, config, create=False)
+        live = set()  # a resubmit of a live job is a dedup, not new spend
+        if store is not None:
+            live = {n for n in unique if _is_live(store.get(prepared[n].job_id))}
+        fresh = [n for n in unique if n not in live]
+        costing.gate_batch(
+            [prepared[n].quote for n in fresh],
+            store,
+            approved=approved,
+            config=config,
+            names=[f"item {n}" for n in fresh],
+        )
+    local = any(prepared[n].fn is not None for n in unique)
+    rt = _runtime(proj, config) if local else None
+    store = rt.store if rt is not None else shared_store(proj, config, create=True)
+    plans = [eta.eta_plan(prepared[n].params, prepared[n].units, config) for n in unique]
+    keys = list(dict.fromkeys(key for plan in plans for key in eta.sample_keys(plan)))
+    samples = store.samples(keys, window=config.sample_window_k) if keys else {}
+    records = [
+        _new_record(prepared[n], plan, samples, rt, config)
+        for n, plan in zip(unique, plans, strict=True)
+    ]
+    claimable = [prepared[n].fn is None for n in unique]
+    admit = None
+    if config.budget_usd is not None:
+
+        def admit(positions: list[int]) -> None:
+            costing.gate_batch(
+                [prepared[unique[k]].quote for k in positions],
+                store,
+                approved=approved,
+                config=config,
+                names=[f"item {unique[k]}" for k in positions],
+            )
+
+    results = store.create_many(records, claimable=claimable, admit=admit)
+    # A live duplicate whose worker died is closed now and created again, as
+    # ``enqueue`` does (a second, small transaction: only those items).
+    again = [
+        k
+        for k, (row, made) in enumerate(results)
+        if not made and _dead_duplicate(store, row, rt, config)
+    ]
+    if again:
+        redo = store.create_many(
+            [records[k] for k in again], claimable=[claimable[k] for k in again], admit=admit
+        )
+        for k, pair in zip(again, redo, strict=True):
+            results[k] = pair
+    for k, (row, made) in enumerate(results):
+        item = prepared[unique[k]]
+        if made and rt is not None and item.fn is not None:
+            launch = Launch(fn=item.fn, project=proj, secrets=dict(secrets or {}))
+            try:
+                rt.submit(item.job_id, launch)
+            except BaseException as exc:  # e.g. the runtime is shutting down
+                _fail_unlaunched(store, row, exc, config)
+                raise
+    now = config.clock()
+    jobs = {unique[k]: to_job(row, now, config) for k, (row, _) in enumerate(results)}
+    return [jobs[first[item.job_id]] for item in prepared]
+
+
+def _is_live(row: JobRow | None) -> bool:
+    return row is not None and row.status in ACTIVE_STATUSES
 
 
 def _dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> bool:

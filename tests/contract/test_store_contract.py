@@ -203,6 +203,71 @@ def test_threads_re_creating_a_finished_id_get_one_new_run(store):
         assert len(store.claim(["render"], now=T0 + 100 * n + 50, runner_id="w", limit=5)) == 1
 
 
+def test_create_many_decides_each_record_as_create_does_in_one_batch(store):
+    (live,) = queued(store)
+    (done,) = queued(store, at=T0 + 1)
+    store.claim(["render"], now=T0 + 2, runner_id="w", limit=2)
+    assert finish_ok(store, done, 1)  # only the older one was claimed first: check it
+    assert store.get(live).status.value == "running"
+    fresh = [record(at=T0 + 10 + i) for i in range(3)]
+    batch = [record(live, at=T0 + 20), *fresh, record(done, at=T0 + 21, params={"n": 9})]
+    seen = []
+    out = store.create_many(
+        batch, claimable=[True, True, False, True, True], admit=lambda pos: seen.append(pos)
+    )
+    assert [created for _, created in out] == [False, True, True, True, True]
+    assert seen == [[1, 2, 3, 4]]  # the gate sees what will be written, live ones left out
+    assert out[0][0].status.value == "running" and out[0][0].record["created_at"] == T0
+    assert store.get(done).record["attempt"] == 1 and store.get(done).record["params"] == {"n": 9}
+    claimed = store.claim(["render"], now=T0 + 100, runner_id="w", limit=10)
+    assert sorted(r.record["job_id"] for r in claimed) == sorted(
+        [fresh[0]["job_id"], fresh[2]["job_id"], done]
+    )  # the unclaimable one stays for its own process
+
+
+def test_create_many_refused_by_admit_writes_nothing(store):
+    (live,) = queued(store)
+    before = sorted(store.iter_ids())
+
+    def refuse(positions):
+        raise RuntimeError("over budget")
+
+    with pytest.raises(RuntimeError, match="over budget"):
+        store.create_many([record(live), record(), record()], claimable=[True] * 3, admit=refuse)
+    assert sorted(store.iter_ids()) == before
+    with pytest.raises(ValueError, match="distinct"):
+        rec = record()
+        store.create_many([rec, dict(rec)], claimable=[True, True])
+    assert sorted(store.iter_ids()) == before
+
+
+def test_overlapping_batches_in_threads_create_each_job_once(store):
+    ids = [jid() for _ in range(40)]
+    results: list[tuple[str, bool]] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    def go(k):
+        mine = ids[k * 8 : k * 8 + 16]  # each batch overlaps the next one by half
+        if k % 2:
+            mine = mine[::-1]  # and in the opposite order
+        barrier.wait()
+        batch = [record(i, run_id=f"run-{k}-{i}") for i in mine]  # run ids are unique
+        out = store.create_many(batch, claimable=[True] * len(mine))
+        with lock:
+            results.extend((row.record["job_id"], created) for row, created in out)
+
+    threads = [threading.Thread(target=go, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    created = Counter(job_id for job_id, made in results if made)
+    assert sorted(created) == sorted(set(ids) & {j for j, _ in results})
+    assert set(created.values()) == {1}  # every job created by exactly one batch
+    assert len(store.claim(["render"], now=T0 + 1, runner_id="w", limit=100)) == len(created)
+
+
 # ----- start and claim ----------------------------------------------------------------------
 def test_start_moves_a_queued_job_to_running_once(store):
     (a,) = queued(store, claimable=False)

@@ -113,6 +113,22 @@ class JobStore(ABC):
         ``earlier_runs_usd`` (so re-running a job never erases spend)."""
 
     @abstractmethod
+    def create_many(
+        self,
+        records: Sequence[dict[str, Any]],
+        *,
+        claimable: Sequence[bool],
+        admit: Callable[[list[int]], None] | None = None,
+    ) -> list[tuple[JobRow, bool]]:
+        """``create`` for a batch of distinct job ids, in one transaction: per
+        record, what ``create`` returns for it. ``admit(positions)`` (the
+        budget gate over the batch) receives the positions of the records that
+        will be written (new, or replacing a finished run; live ones are left
+        out) and runs inside the transaction like ``create``'s ``admit``; an
+        exception from it aborts the whole batch with nothing written. Workers
+        are woken once, after the commit, when any claimable job was created."""
+
+    @abstractmethod
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
         """queued -> running for the process holding the callable; bumps
         ``attempt``, stamps ``started_at`` and a first ``heartbeat_at``. None
@@ -337,6 +353,13 @@ def carry_over(old: Mapping[str, Any]) -> dict[str, Any]:
     )
     attempt = int(old.get("attempt") or 0)
     return {"attempt": attempt, "attempt_base": attempt, "earlier_runs_usd": spent or None}
+
+
+def check_distinct(records: Sequence[Mapping[str, Any]]) -> None:
+    """``create_many`` takes each job id once: the facade dedups a batch first."""
+    ids = [r["job_id"] for r in records]
+    if len(set(ids)) != len(ids):
+        raise ValueError("create_many needs distinct job ids (dedup the batch first)")
 
 
 def utc_iso(ts: float | None) -> str | None:

@@ -70,6 +70,7 @@ from nw.jobs.stores.base import (
     bound_args,
     bucketed,
     carry_over,
+    check_distinct,
     rollup_rows,
     split_record,
     utc_day,
@@ -352,6 +353,87 @@ class PostgresJobStore(JobStore):
                 return self._replace(conn, params, record, got[0])
 
         return self._write("create", op)
+
+    def create_many(
+        self,
+        records: Sequence[dict[str, Any]],
+        *,
+        claimable: Sequence[bool],
+        admit: Callable[[list[int]], None] | None = None,
+    ) -> list[tuple[JobRow, bool]]:
+        """See ``JobStore.create_many``. One transaction: lock the batch's
+        existing rows, decide each as ``create`` does, run ``admit`` over the
+        rest, insert the new ones in one statement (and replace finished ones);
+        a row that appeared meanwhile (another batch, a lone create) makes the
+        whole transaction run again."""
+        check_distinct(records)
+        if not records:
+            return []
+        order = sorted(range(len(records)), key=lambda k: records[k]["job_id"])
+        base = self._params({"job_ids": [records[k]["job_id"] for k in order]})
+
+        def op(conn: psycopg.Connection, retried: bool) -> list[tuple[JobRow, bool]]:
+            out: list[Any] = [None] * len(records)
+            with conn.transaction():
+                if admit is not None:  # serialised with every admitted create of the project
+                    conn.execute(Q["lock_project_creates"], base)
+                found = {}
+                for r in conn.execute(Q["lock_many"], base).fetchall():
+                    if r["status"] != r["au_status"]:  # the status row predates the lock
+                        r = conn.execute(Q["get"], {**base, "job_id": r["job_id"]}).fetchone() or r
+                    found[r["job_id"]] = (
+                        self._row(r),
+                        r["status"] is not None and r["state"] in _LIVE,
+                    )
+                new, replace = [], []
+                for k in order:
+                    got = found.get(records[k]["job_id"])
+                    if got is not None and got[1]:
+                        # A retry whose first try committed finds its own run: created.
+                        run_id = records[k].get("run_id")
+                        mine = (
+                            retried and run_id is not None and got[0].record.get("run_id") == run_id
+                        )
+                        out[k] = (got[0], mine)
+                    else:
+                        (new if got is None else replace).append(k)
+                if admit is not None:
+                    self._tls.conn = conn
+                    try:
+                        admit(sorted(new + replace))  # raises: rolled back, nothing written
+                    finally:
+                        self._tls.conn = None
+                if new:
+                    batch = [self._batch_row(records[k], claimable[k]) for k in new]
+                    args = {**base, "batch": _jsonb(batch), "channel": self.channel}
+                    if conn.execute(Q["create_many"], args).fetchone()["inserted"] != len(new):
+                        raise RetryNow("a job of the batch appeared during create_many")
+                    for k in new:
+                        out[k] = (JobRow(dict(records[k]), "pending"), True)
+                for k in replace:
+                    params = self._params(self._record_args(records[k]))
+                    params["queue_at"] = records[k]["created_at"] if claimable[k] else None
+                    out[k] = self._replace(conn, params, records[k], found[records[k]["job_id"]][0])
+            return out
+
+        return self._write("create_many", op)
+
+    @staticmethod
+    def _batch_row(record: Mapping[str, Any], claimable: bool) -> dict[str, Any]:
+        """A new record as a row of ``create_many``'s batch (not started, not cancelled)."""
+        cols, doc = split_record(record)
+        key = record.get("idempotency_key")
+        return {
+            "job_id": cols["job_id"],
+            "created_at": cols["created_at"],
+            "kind": cols["kind"],
+            "idempotency_key": key if isinstance(key, str) else None,
+            "actor_id": actor_id_of(record),
+            "attempt": cols["attempt"],
+            "runner_id": cols["runner_id"],
+            "doc": doc,
+            "queue_at": record["created_at"] if claimable else None,
+        }
 
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | None:
         params = self._params(

@@ -261,6 +261,51 @@ SELECT count(*) AS notified
   FROM (SELECT pg_notify(%(channel)s, %(kind)s) FROM jb
          WHERE %(queue_at)s::double precision IS NOT NULL) n;
 
+-- name: lock_many
+-- `create_many`: the batch's existing rows, locked in job id order (a batch is
+-- inserted in that order too, so two overlapping batches cannot deadlock);
+-- liveness is decided from the locked rows' own columns, as for `lock`.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error,
+       j.state, j.au_status
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
+ ORDER BY j.job_id
+   FOR UPDATE OF j;
+
+-- name: create_many
+-- The new jobs of a batch in one statement: the batch is one JSON array of
+-- rows (one parameter however many jobs), inserted in job id order. Each is
+-- queued with its status entry as by `create`; one NOTIFY for the batch when
+-- any of them is claimable (queue_at set). Returns (inserted, notified) counts.
+WITH x AS (
+  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
+    AS x(job_id text, created_at double precision, kind text, idempotency_key text,
+         actor_id text, attempt integer, runner_id text, doc jsonb,
+         queue_at double precision)
+), jb AS (
+  INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
+                            attempt, cancel_requested, started_at, finished_at, heartbeat_at,
+                            runner_id, doc, au_status, queue_at)
+  SELECT %(project_id)s, job_id, created_at, kind, idempotency_key, actor_id, attempt, false,
+         NULL, NULL, NULL, runner_id, doc, 'pending', queue_at
+    FROM x ORDER BY job_id
+  ON CONFLICT (project_id, job_id) DO NOTHING
+  RETURNING job_id, created_at, attempt, queue_at
+), sb AS (
+  INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
+  SELECT %(project_id)s, job_id, 'pending', to_timestamp(created_at), attempt FROM jb
+  ON CONFLICT (project_id, job_id) DO UPDATE
+     SET status = 'pending', value = NULL, error = NULL, terminal_reason = NULL,
+         created_at = excluded.created_at, completed_at = NULL, attempt = excluded.attempt
+)
+SELECT (SELECT count(*) FROM jb) AS inserted,
+       (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '')
+                               WHERE EXISTS (SELECT 1 FROM jb WHERE queue_at IS NOT NULL)) n)
+         AS notified;
+
 -- name: start
 -- queued -> running for the process holding the callable: bumps the attempt
 -- (the lease counter), stamps started_at and a first beat, takes the lease,
