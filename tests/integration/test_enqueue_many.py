@@ -129,9 +129,9 @@ def test_the_budget_is_checked_over_the_batch_as_a_whole(project, cfg):
     # a resubmit of a live job is a dedup, not new spend: only the new 0.2 counts
     again = jobs.enqueue_many(project, [item(1, 0.4), item(3, 0.2)], config=capped)
     assert again[0].job_id == first[1].job_id
-    with pytest.raises(BudgetExceeded, match="^item 1: "):
+    with pytest.raises(BudgetExceeded, match=r"^item 1: "):
         jobs.enqueue_many(project, [item(1, 0.4), item(4, 0.01)], config=capped)
-    with pytest.raises(BudgetExceeded, match="^item 0: .*needs explicit approval"):
+    with pytest.raises(BudgetExceeded, match=r"^item 0: .*needs explicit approval"):
         jobs.enqueue_many(project, [("t.noop", {"i": 5})], config=replace(cfg, budget_usd=9.0))
     assert len(ids_in_store(project, cfg)) == 3
     assert jobs.spend(project, config=cfg)["live_estimated_usd"] == pytest.approx(1.0)
