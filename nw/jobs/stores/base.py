@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,10 +49,29 @@ COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class Refill:
+    """A worker's standing request to a store's finishes: when a batch of
+    finishes is written, claim up to ``want(job ids)`` more jobs of
+    ``kinds()`` for ``runner_id`` in the same transaction and hand them to
+    ``take`` (called in the finishing thread once that transaction committed,
+    never before: a result is durable before its slot runs anything else).
+    ``want`` returning 0 asks for nothing (an idle queue, a stopping worker)."""
+
+    kinds: Callable[[], Sequence[str]]
+    runner_id: str
+    want: Callable[[Sequence[str]], int]
+    take: Callable[[list[JobRow]], None]
+    clock: Callable[[], float]
+
+
 class JobStore(ABC):
     """One project's jobs, behind atomic operations."""
 
     read_only: bool = False
+    refill: Refill | None = None
+    """Set by a worker; a store that cannot fold claims into its finishes
+    (the embedded store: a claim there is no round trip) ignores it."""
 
     # ----- membership and reads -------------------------------------------------
     @abstractmethod

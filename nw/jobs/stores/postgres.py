@@ -49,6 +49,7 @@ loop, and the one place psycopg errors become ``JobStoreError``),
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 import uuid
@@ -66,6 +67,7 @@ from nw.jobs.records import JobRow
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
+    Refill,
     actor_id_of,
     bound_args,
     bucketed,
@@ -85,6 +87,7 @@ from nw.jobs.stores.sql import load_queries
 __all__ = ["PostgresJobStore", "close_pools", "migrate", "open_postgres_store"]
 
 Q = load_queries("postgres_queries.sql")
+log = logging.getLogger("nw.jobs")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LIVE = ("queued", "running", "cancelling")
 
@@ -501,11 +504,30 @@ class PostgresJobStore(JobStore):
             "doc": doc,
         }
         _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
-        return self._finishes.submit(item)
+        ok = self._finishes.submit(item)
+        claimed = getattr(self._tls, "claimed", None)
+        if claimed is not None:  # this thread led a batch that refilled: committed, now run them
+            self._tls.claimed = None
+            self.refill.take(claimed)
+        return ok
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """One statement for a batch of finishes; on a database error other than
-        an unreachable database, each item again alone (so one bad item fails alone)."""
+        an unreachable database, each item again alone (so one bad item fails alone).
+        With a worker's ``refill`` the batch also claims the jobs that take the
+        finished ones' slots, in the same statement (``finish_many_and_claim``)."""
+        refill = self.refill
+        want = refill.want([item["job_id"] for item in items]) if refill is not None else 0
+        if want > 0:
+            try:
+                done, rows = self._finish_and_claim(items, refill, want)
+            except JobStoreUnreachable:
+                raise
+            except JobStoreError as exc:
+                log.warning("finishing and claiming in one statement failed (%s); finishing", exc)
+            else:
+                self._tls.claimed = rows
+                return [item["job_id"] in done for item in items]
         try:
             done = self._exec(
                 "finish_many",
@@ -525,6 +547,34 @@ class PostgresJobStore(JobStore):
             except JobStoreError as exc:
                 out.append(exc)
         return out
+
+    def _finish_and_claim(
+        self, items: list[dict[str, Any]], refill: Refill, want: int
+    ) -> tuple[set[str], list[JobRow]]:
+        """``finish_many_and_claim``: the finishes commit with the claims or not at all."""
+        finish = self._params(
+            {"batch": _jsonb(items), "job_ids": [item["job_id"] for item in items]}
+        )
+        claim = {
+            "kinds": list(refill.kinds()),
+            "now": refill.clock(),
+            "runner_id": refill.runner_id,
+            "limit": int(want),
+            "lease": uuid.uuid4().hex,
+        }
+        params = {**finish, **claim}
+
+        def op(conn: psycopg.Connection, retried: bool) -> tuple[set[str], list[JobRow]]:
+            if retried:  # the first try may have committed: its claims are ours by lease
+                got = conn.execute(Q["by_lease"], params).fetchall()
+                if got:  # and its finishes committed with them: writing them again is a no-op
+                    rows = conn.execute(Q["finish_many"], finish).fetchall()
+                    return {r["job_id"] for r in rows}, [self._row(r) for r in got]
+            rows = conn.execute(Q["finish_many_and_claim"], params).fetchall()
+            done = set(rows[0]["finished"]) if rows else set()
+            return done, [self._row(r) for r in rows if r["job_id"] is not None]
+
+        return self._write("finish_many_and_claim", op)
 
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int

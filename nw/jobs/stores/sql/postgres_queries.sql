@@ -450,6 +450,68 @@ WITH p AS (
 )
 SELECT job_id FROM jb;
 
+-- name: finish_many_and_claim
+-- A worker's batch of finishes (as `finish_many`) and the claim (as `claim`)
+-- of the jobs that take their slots, in one statement: one round trip, and
+-- the finishes commit with the claims or not at all, so a result is durable
+-- before its slot runs anything else. One row always: the ids written, then
+-- the columns of one claimed job (NULLs when none was claimed).
+WITH p AS (
+  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
+      AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
+           cols jsonb, doc jsonb)
+), fj AS (
+  UPDATE nw_jobs.jobs j
+     SET created_at = CASE WHEN p.cols ? 'created_at' THEN (p.cols->>'created_at')::double precision ELSE j.created_at END,
+         kind = CASE WHEN p.cols ? 'kind' THEN p.cols->>'kind' ELSE j.kind END,
+         idempotency_key = CASE WHEN p.cols ? 'idempotency_key' THEN p.cols->>'idempotency_key' ELSE j.idempotency_key END,
+         actor_id = CASE WHEN p.cols ? 'actor_id' THEN p.cols->>'actor_id' ELSE j.actor_id END,
+         attempt = CASE WHEN p.cols ? 'attempt' THEN (p.cols->>'attempt')::integer ELSE j.attempt END,
+         cancel_requested = CASE WHEN p.cols ? 'cancel_requested' THEN (p.cols->>'cancel_requested')::boolean ELSE j.cancel_requested END,
+         started_at = CASE WHEN p.cols ? 'started_at' THEN (p.cols->>'started_at')::double precision ELSE j.started_at END,
+         finished_at = CASE WHEN p.cols ? 'finished_at' THEN (p.cols->>'finished_at')::double precision ELSE j.finished_at END,
+         heartbeat_at = CASE WHEN p.cols ? 'heartbeat_at' THEN (p.cols->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
+         runner_id = CASE WHEN p.cols ? 'runner_id' THEN p.cols->>'runner_id' ELSE j.runner_id END,
+         doc = j.doc || p.doc,
+         au_status = p.au_status,
+         queue_at = NULL
+    FROM p
+   WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
+     AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
+  RETURNING j.job_id
+), fs AS (
+  UPDATE nw_jobs.status s
+     SET status = p.au_status, value = p.value, error = p.error, completed_at = now()
+    FROM fj JOIN p ON p.job_id = fj.job_id
+   WHERE s.project_id = %(project_id)s AND s.job_id = ANY(%(job_ids)s::text[])
+     AND s.job_id = fj.job_id
+), picked AS (
+  SELECT job_id, queue_at FROM nw_jobs.jobs
+   WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
+     AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested
+   ORDER BY queue_at, job_id
+   LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED
+), jb AS (
+  UPDATE nw_jobs.jobs j
+     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
+         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL
+    FROM picked
+   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
+  RETURNING j.*
+), sb AS (
+  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
+    FROM jb
+   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
+  RETURNING s.job_id, s.status, s.value, s.error
+)
+SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished, r.*
+  FROM (SELECT 1) one
+  LEFT JOIN (SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,
+                    jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error
+               FROM jb JOIN picked USING (job_id) LEFT JOIN sb USING (job_id)
+              ORDER BY picked.queue_at, jb.job_id) r ON true;
+
 -- name: requeue
 -- A failed attempt goes back to the queue, due at %(not_before)s (fenced;
 -- record fields patched as by `patch`); its lease is dropped.
