@@ -281,8 +281,7 @@ class Worker:
 
     def run(self) -> int:
         """Serve until ``stopping`` is set; returns the process exit code."""
-        self.recover(full=True)
-        last_reap = time.monotonic()
+        last_reap = None  # the boot reap comes right after the first claim, not before it
         log.info(
             "worker %s serving %d project(s), kinds: %s",
             self.runner_id,
@@ -290,9 +289,6 @@ class Worker:
             ", ".join(self.kinds()) or "none",
         )
         while not self.stopping.is_set():
-            if time.monotonic() - last_reap >= self.config.worker_beat_interval_s:
-                last_reap = time.monotonic()
-                self.recover()
             # At boot, and woken by a NOTIFY/datagram (a job was queued), by our
             # own poke (a slot freed while more was queued) or by the slow poll:
             # claim what fits. A wake we cannot act on (no free slot) is kept as
@@ -303,6 +299,12 @@ class Worker:
                     continue  # a full batch and room left: more may be queued
             else:
                 self._backlog = True
+            if last_reap is None:  # bodies already run meanwhile: a backlog is not held up
+                last_reap = time.monotonic()
+                self.recover(full=True)
+            elif time.monotonic() - last_reap >= self.config.worker_beat_interval_s:
+                last_reap = time.monotonic()
+                self.recover()
             self._listener.wait(IDLE_POLL_S)
         return self._drain()
 
