@@ -52,6 +52,7 @@ from nw.project import Project, as_project
 log = logging.getLogger("nw.jobs.worker")
 
 IDLE_POLL_S = 0.5
+CLAIM_BATCH_S = 0.005
 SecretsProvider = Callable[[str, Mapping[str, Any]], Mapping[str, str]]
 
 
@@ -82,6 +83,7 @@ class Worker:
         self.stopping = threading.Event()
         self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._backlog = False
+        self._last_claim = 0.0
         self._asked = 0
         self._lock = threading.Lock()
         self._refilled: set[str] = set()
@@ -195,6 +197,22 @@ class Worker:
             log.warning("recovered %d job(s) whose worker was gone", len(reaped))
         return reaped
 
+    def _claim_due(self) -> bool:
+        """Claim now, or let a few more slots free up so one claim takes several.
+
+        An idle worker claims at once (enqueue-to-start latency); a busy one
+        claims when half its slots are free or ``CLAIM_BATCH_S`` after its last
+        claim, so a backlog of short jobs costs one claim per batch, not per job
+        (on PostgreSQL the finishes claim in their slots' place, see ``Refill``).
+        """
+        cap, busy = self.config.max_concurrent, self.busy
+        free = cap - busy
+        due = busy == 0 or 2 * free >= cap
+        due = due or time.monotonic() - self._last_claim >= CLAIM_BATCH_S
+        if due:
+            self._last_claim = time.monotonic()
+        return due
+
     def claim_once(self) -> int:
         """Claim up to the free slots across projects; how many were started."""
         started = 0
@@ -293,19 +311,22 @@ class Worker:
             # own poke (a slot freed while more was queued) or by the slow poll:
             # claim what fits. A wake we cannot act on (no free slot) is kept as
             # a backlog, so the next freed slot claims.
-            if self.busy < self.config.max_concurrent:
+            wait = IDLE_POLL_S
+            if self.busy >= self.config.max_concurrent:
+                self._backlog = True
+            elif self._claim_due():
                 self.claim_once()
                 if self._backlog and self.busy < self.config.max_concurrent:
                     continue  # a full batch and room left: more may be queued
-            else:
-                self._backlog = True
+            elif self._backlog:
+                wait = CLAIM_BATCH_S  # more is queued: let a few slots free up, then claim
             if last_reap is None:  # bodies already run meanwhile: a backlog is not held up
                 last_reap = time.monotonic()
                 self.recover(full=True)
             elif time.monotonic() - last_reap >= self.config.worker_beat_interval_s:
                 last_reap = time.monotonic()
                 self.recover()
-            self._listener.wait(IDLE_POLL_S)
+            self._listener.wait(wait)
         return self._drain()
 
     def _drain(self) -> int:
