@@ -229,8 +229,6 @@ class Worker:
                 log.exception("claiming from %s failed", rt.store)
                 continue
             self._backlog = len(rows) == free  # a full batch: there may be more
-            if not rows:
-                continue
             for row in rows:
                 self._launch_safely(rt, row)
                 started += 1

@@ -17,6 +17,7 @@ from au import ComputationResult, ComputationStatus
 
 from nw.jobs.errors import JobStoreError
 from nw.jobs.status import job_status
+from nw.jobs.stores.base import Refill
 
 T0 = 1_700_000_000.0
 _ids = itertools.count(1)
@@ -266,6 +267,36 @@ def test_overlapping_batches_in_threads_create_each_job_once(store):
     assert sorted(created) == sorted(set(ids) & {j for j, _ in results})
     assert set(created.values()) == {1}  # every job created by exactly one batch
     assert len(store.claim(["render"], now=T0 + 1, runner_id="w", limit=100)) == len(created)
+
+
+def test_a_workers_refill_claims_in_a_finished_slot_only_after_the_finish_committed(store, reader):
+    a, b, c = queued(store, 3)
+    store.claim(["render"], now=T0 + 1, runner_id="w", limit=1)
+    seen = []
+
+    def take(rows):  # another connection must already see the finish
+        seen.append(([r.record["job_id"] for r in rows], reader.get(a).status.value))
+
+    asked = []
+
+    def want(ids):
+        asked.append(list(ids))
+        return 2
+
+    store.refill = Refill(
+        kinds=lambda: ["render"], runner_id="w2", want=want, take=take, clock=lambda: T0 + 2
+    )
+    assert finish_ok(store, a, 1)
+    if type(store).__name__ == "SqliteJobStore":  # a claim there is no round trip: no refill
+        assert seen == [] and asked == []
+        return
+    assert asked == [[a]] and seen == [([b, c], "succeeded")]
+    for job_id in (b, c):
+        got = store.get(job_id)
+        assert got.status.value == "running" and got.record["runner_id"] == "w2"
+        assert got.record["attempt"] == 1
+    store.refill = None
+    assert finish_ok(store, b, 1) and store.get(c).status.value == "running"
 
 
 # ----- start and claim ----------------------------------------------------------------------
