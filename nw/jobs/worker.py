@@ -454,6 +454,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["worker_stale_s"] = args.worker_stale
     if args.shutdown_grace is not None:
         overrides["shutdown_grace_s"] = args.shutdown_grace
+    # A stop asked for while the worker is being set up (it has announced itself
+    # from then on) is kept and honoured once it exists: an exit, not a kill.
+    asked_to_stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: asked_to_stop.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: asked_to_stop.append(signum))
     try:
         config = JobsConfig(**overrides)
         projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
@@ -473,6 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)
+    if asked_to_stop:
+        worker.stop()
     code = worker.run()
     stuck = [
         t
