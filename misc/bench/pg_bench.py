@@ -363,7 +363,8 @@ def main() -> None:
     ap.add_argument("--url", default=URL)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--jobs", type=int, default=2000)
-    ap.add_argument("--max-concurrent", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--max-concurrent", type=int, nargs="+", default=[10, 32])
+    ap.add_argument("--trickle", type=int, default=50, help="jobs in the trickle (wire)")
     ap.add_argument(
         "--only",
         nargs="*",
@@ -393,7 +394,7 @@ def main() -> None:
         if "latency" in want:
             latency(base, 100 if args.quick else 200)
         if "wire" in want:
-            round_trips(base, 500, 50, args.max_concurrent[0])
+            round_trips(base, 500, args.trickle, args.max_concurrent[0])
     finally:
         shutdown_runtimes(wait=False)
         close_shared_stores()
