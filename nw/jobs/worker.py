@@ -279,10 +279,11 @@ class Worker:
         except Exception:
             log.exception("secrets provider failed for kind %s", rec["kind"])
             secrets = {}
+        fal_key = secrets.get(credentials.FAL)  # without one there is nothing to bind per job
         launch = Launch(
             fn=fn,
             project=_project_of(rt, self),
-            capture=credentials.around_body(None, secrets),
+            capture=credentials.around_body(None, secrets) if fal_key else None,
             secrets=secrets,
             retryable=spec.retryable,
             stopping=self.stopping,
