@@ -157,9 +157,11 @@ class Worker:
         their thread not yet returned) do not occupy a slot."""
         if not self._backlog or self.stopping.is_set():
             return 0
+        # Only our own bodies free a slot (a reap may finish another worker's job).
+        mine = [job_id for job_id in finishing if job_id in self._launches]
         with self._lock:
-            occupied = self.busy - len(self._refilled) - len(finishing)
-            self._refilled.update(finishing)  # their release needs no claim of its own
+            occupied = self.busy - len(self._refilled) - len(mine)
+            self._refilled.update(mine)  # their release needs no claim of its own
         self._asked = max(self.config.max_concurrent - occupied, 0)
         return self._asked
 
