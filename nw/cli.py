@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from nw.errors import InvalidInput, NwJobsError
@@ -340,6 +341,50 @@ def cmd_limits(args: argparse.Namespace) -> int:
             )
         console.print(f"{lim['key']}: {', '.join(caps)} ({lim['scope']})", soft_wrap=True)
     return EXIT_OK
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    """One job of a registered kind, or ``--batch FILE``: a JSON array of items
+    (``[kind, params]`` or ``{"kind", "params", "idempotency_key"?, "label"?,
+    "actor"?, "priority"?, "not_before"?, "limit_key"?}``), enqueued all or
+    nothing by ``enqueue_many``."""
+    from nw.jobs import enqueue, enqueue_many
+
+    _import_modules(args.imports or ())
+    project = _project(args)
+    if (args.kind is None) == (args.batch is None):
+        raise UserError("enqueue takes a KIND or --batch FILE (one of them)")
+    if args.batch is not None:
+        if args.params is not None:
+            raise UserError("--params goes with KIND; a --batch item carries its own")
+        items = _batch(args.batch)
+        jobs = enqueue_many(project, items, approved=args.approved)
+    else:
+        params = _params(args.params or "{}")
+        jobs = [enqueue(project, args.kind, params, label=args.label, approved=args.approved)]
+    rows = [_job_dict(j) for j in jobs]
+    if args.json:
+        _print_json(rows if args.batch is not None else rows[0])
+        return EXIT_OK
+    from nw.cli_render import plain_line
+
+    for row in rows:
+        print(plain_line(row))
+    return EXIT_OK
+
+
+def _batch(path: str) -> list[Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"--batch {path}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--batch is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(value, list):
+        raise UserError(f"--batch must be a JSON array of items, got {type(value).__name__}")
+    return value
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -782,6 +827,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", nargs="?", help="the limit key, e.g. fal:kling")
     p.add_argument("--max-running", type=int, help="at most N jobs of the key at once")
     p.add_argument("--per-second", type=int, help="at most N starts in any one second")
+
+    p = add("enqueue", cmd_enqueue, "queue a job of a registered kind (or a batch)", [one, as_json])
+    p.add_argument("kind", nargs="?", help="the job kind, e.g. panel.animate")
+    p.add_argument("--params", help="the render params as a JSON object ({})")
+    p.add_argument("--label", help="a label for the job")
+    p.add_argument(
+        "--batch",
+        metavar="FILE",
+        help="a JSON array of items ([kind, params] or {kind, params, ...}); - for stdin",
+    )
+    p.add_argument("--approved", action="store_true", help="approve an unknown or large cost")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first (it registers kinds)",
+    )
 
     p = add("estimate", cmd_estimate, "dry-run cost gate for a render", [one, as_json])
     p.add_argument("kind", help="the job kind, e.g. panel.animate")

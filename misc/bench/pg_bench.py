@@ -9,10 +9,13 @@ Figures, all in one run so they share the machine's state:
 * list_jobs at 100 / 10,000 / 100,000 jobs of history (rows bulk-inserted by
   SQL; every project shares the one database, so the big histories are also
   other projects' noise);
-* batch enqueue: the facade's ``enqueue`` of claimable jobs, 1 and 4 threads;
+* enqueue: the facade's ``enqueue`` of claimable jobs, 1 and 4 threads, and
+  ``enqueue_many`` in batches of 1,000;
 * drain: 2,000 pre-enqueued no-op jobs, 1 / 2 / 4 worker processes (the span
   from the first start to the last finish, as ``worker_bench.py``);
-* enqueue-to-start into an idle worker (woken by LISTEN/NOTIFY), p50 / p99.
+* enqueue-to-start into an idle worker (woken by LISTEN/NOTIFY), p50 / p99;
+* round trips (and statements) per job of one worker, counted on the wire
+  (``wire_count.py``): a burst of 500 and a trickle of 50, one every 20 ms.
 
 Benchmark rows live under projects named ``bench-…`` and are deleted after.
 """
@@ -30,6 +33,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -217,6 +221,18 @@ def enqueue_rate(base: Path, n: int) -> None:
         finally:
             close_shared_stores()
             purge(project)
+    project = new_project(base, "bench-enqueue-batch")
+    try:
+        jobs.enqueue_many(project, [("bench.noop", {"i": -1})], config=cfg)  # warm up
+        t = time.perf_counter()
+        for start in range(0, n, 1000):
+            batch = [("bench.noop", {"i": i}) for i in range(start, min(start + 1000, n))]
+            jobs.enqueue_many(project, batch, config=cfg)
+        span = time.perf_counter() - t
+        print(f"enqueue_many {n} claimable jobs in batches of 1000: {n / span:,.0f} jobs/s")
+    finally:
+        close_shared_stores()
+        purge(project)
 
 
 # ----- workers -------------------------------------------------------------------------------
@@ -234,8 +250,9 @@ def drain(base: Path, n_jobs: int, n_workers: int, max_concurrent: int) -> None:
     cfg = jobs.JobsConfig(database_url=URL)
     project = new_project(base, f"bench-drain-{n_workers}x{max_concurrent}")
     try:
-        for i in range(n_jobs):
-            jobs.enqueue(project, "bench.noop", {"i": i}, config=cfg)
+        for start in range(0, n_jobs, 1000):
+            batch = [("bench.noop", {"i": i}) for i in range(start, min(start + 1000, n_jobs))]
+            jobs.enqueue_many(project, batch, config=cfg)
         procs = start_workers(
             project, n_workers, ["--database-url", URL, "--max-concurrent", str(max_concurrent)]
         )
@@ -287,25 +304,79 @@ def latency(base: Path, n: int) -> None:
     )
 
 
+def round_trips(base: Path, burst: int, trickle: int, max_concurrent: int) -> None:
+    """Round trips and statements per job of one worker connected through
+    ``wire_count.WireCounter``: a burst (``burst`` jobs in one ``enqueue_many``)
+    and a trickle (one job every 20 ms into an idle worker). Worker start-up
+    and a warm-up job are not counted; everything after is (beats, reaps)."""
+    from wire_count import WireCounter
+
+    cfg = jobs.JobsConfig(database_url=URL)
+    project = new_project(base, "bench-wire")
+    url = urlsplit(URL)
+    done = 0
+    with WireCounter(url.hostname or "127.0.0.1", url.port or 5432) as proxy:
+        auth = url.netloc.rpartition("@")[0]
+        proxied = urlunsplit(
+            url._replace(netloc=f"{auth}@127.0.0.1:{proxy.port}", query="sslmode=disable")
+        )
+        procs = start_workers(
+            project, 1, ["--database-url", proxied, "--max-concurrent", str(max_concurrent)]
+        )
+        try:
+            jobs.enqueue(project, "bench.noop", {"warm": 1}, config=cfg)
+            done += 1
+            wait_done(project, done)
+            for regime, n in (("burst", burst), ("trickle", trickle)):
+                time.sleep(0.3)  # idle again (not a measurement)
+                before = proxy.snapshot()
+                if regime == "burst":
+                    items = [("bench.noop", {"b": i}) for i in range(n)]
+                    jobs.enqueue_many(project, items, config=cfg)
+                else:
+                    for i in range(n):
+                        time.sleep(0.02)
+                        jobs.enqueue(project, "bench.noop", {"t": i}, config=cfg)
+                done += n
+                wait_done(project, done)
+                got = proxy.snapshot()
+                got.subtract(before)
+                print(
+                    f"round trips per job, {regime} of {n} ({max_concurrent} slots):"
+                    f" {got['round_trips'] / n:.2f} ({got['statements'] / n:.2f} statements)"
+                )
+        finally:
+            stop_workers(procs)
+            close_shared_stores()
+            purge(project)
+
+
+def wait_done(project, n: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while count_done(project) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def main() -> None:
     global URL
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", default=URL)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--jobs", type=int, default=2000)
-    ap.add_argument("--max-concurrent", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--max-concurrent", type=int, nargs="+", default=[10, 32])
+    ap.add_argument("--trickle", type=int, default=50, help="jobs in the trickle (wire)")
     ap.add_argument(
         "--only",
         nargs="*",
         default=None,
-        choices=["ceiling", "list", "enqueue", "drain", "latency"],
+        choices=["ceiling", "list", "enqueue", "drain", "latency", "wire"],
     )
     args = ap.parse_args()
     URL = args.url
     os.environ["NW_TEST_DATABASE_URL"] = URL
     migrate(URL)
     base = Path(tempfile.mkdtemp(prefix="nw-pgbench-"))
-    want = set(args.only or ["ceiling", "list", "enqueue", "drain", "latency"])
+    want = set(args.only or ["ceiling", "list", "enqueue", "drain", "latency", "wire"])
     with psycopg.connect(URL) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
     print(f"nw.jobs PostgreSQL benchmark: PostgreSQL {version}, {os.cpu_count()} cores")
@@ -322,6 +393,8 @@ def main() -> None:
                     drain(base, args.jobs, n, slots)
         if "latency" in want:
             latency(base, 100 if args.quick else 200)
+        if "wire" in want:
+            round_trips(base, 500, args.trickle, args.max_concurrent[0])
     finally:
         shutdown_runtimes(wait=False)
         close_shared_stores()

@@ -18,19 +18,6 @@ from nw.jobs.errors import (
     error_kind_of,
 )
 from nw.jobs.eta import predict_total_s
-from nw.jobs.facade import (
-    cancel_job,
-    enqueue,
-    estimate,
-    get_job,
-    get_job_progress,
-    list_jobs,
-    list_limits,
-    set_limit,
-    snapshot,
-    spend,
-    summarize,
-)
 from nw.jobs.kinds import register_kind
 from nw.jobs.learning import DurationLearningMiddleware
 from nw.jobs.model import (
@@ -54,6 +41,37 @@ from nw.jobs.model import (
     Status,
 )
 from nw.jobs.records import to_dict
+
+# The facade (and what it alone needs: pricing, plans, the cost gate) is
+# imported on first use of one of its names, so a worker process, which runs
+# bodies and never calls the facade, starts without it.
+_FACADE = frozenset(
+    {
+        "cancel_job",
+        "enqueue",
+        "enqueue_many",
+        "estimate",
+        "get_job",
+        "get_job_progress",
+        "list_jobs",
+        "list_limits",
+        "set_limit",
+        "snapshot",
+        "spend",
+        "summarize",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _FACADE:
+        from nw.jobs import facade
+
+        value = getattr(facade, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'nw.jobs' has no attribute {name!r}")
+
 
 __all__ = [
     "CANCELLED",
@@ -87,6 +105,7 @@ __all__ = [
     "UnknownKind",
     "cancel_job",
     "enqueue",
+    "enqueue_many",
     "error_kind_of",
     "estimate",
     "get_job",

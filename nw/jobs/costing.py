@@ -19,7 +19,7 @@ it into two jobs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -84,7 +84,7 @@ class Quote:
             if row is not None and row.status in ACTIVE_STATUSES:
                 return
         totals = store.spend() if store is not None else NO_SPEND
-        self._refuse_over(cap, totals, approved)
+        refuse_over([self], cap, totals, approved=approved)
 
     def gate_actor(
         self,
@@ -108,27 +108,87 @@ class Quote:
                 return
         since = now - config.actor_budget_window_s
         totals = store.spend(actor_id=actor["id"], since=since) if store is not None else NO_SPEND
-        self._refuse_over(cap, totals, approved, who=f"actor {actor['id']!r}")
+        refuse_over([self], cap, totals, approved=approved, who=f"actor {actor['id']!r}")
 
-    def _refuse_over(
-        self, cap: float, totals: Mapping[str, Any], approved: bool, who: str | None = None
-    ) -> None:
-        committed = float(totals["actual_usd"]) + float(totals["live_estimated_usd"])
-        lower = bool(totals["lower_bound"]) or int(totals["live_unknown"]) > 0
-        quote = self.estimated_usd
-        if quote is None:
+
+def gate_batch(
+    quotes: Sequence[Quote],
+    store: Any,
+    *,
+    approved: bool,
+    config: JobsConfig,
+    now: float,
+    actors: Sequence[Mapping[str, str] | None] | None = None,
+    names: Sequence[str] | None = None,
+) -> None:
+    """``Quote.gate`` and ``Quote.gate_actor`` for new jobs admitted together:
+    each in turn must fit under the project's cap with the committed spend plus
+    the quotes before it, and under its actor's cap with the actor's spend plus
+    that actor's quotes before it, so a batch is admitted exactly when
+    enqueuing its jobs one by one would admit them all. ``quotes`` are only the
+    jobs the batch would write (live duplicates already left out), ``actors``
+    their actors; ``names`` say which item a refusal is about."""
+    if not quotes:
+        return
+    names = list(names) if names is not None else [None] * len(quotes)
+    if config.budget_usd is not None:
+        totals = store.spend() if store is not None else NO_SPEND
+        refuse_over(quotes, config.budget_usd, totals, approved=approved, names=names)
+    cap = config.actor_budget_usd
+    if cap is None or actors is None:
+        return
+    mine: dict[str, list[int]] = {}
+    for k, actor in enumerate(actors):
+        if actor:
+            mine.setdefault(actor["id"], []).append(k)
+    since = now - config.actor_budget_window_s
+    for actor_id, ks in mine.items():
+        totals = store.spend(actor_id=actor_id, since=since) if store is not None else NO_SPEND
+        refuse_over(
+            [quotes[k] for k in ks],
+            cap,
+            totals,
+            approved=approved,
+            who=f"actor {actor_id!r}",
+            names=[names[k] for k in ks],
+        )
+
+
+def refuse_over(
+    quotes: Sequence[Quote],
+    cap: float,
+    totals: Mapping[str, Any],
+    *,
+    approved: bool,
+    who: str | None = None,
+    names: Sequence[str | None] | None = None,
+) -> None:
+    """Refuse the first of ``quotes`` that, added in turn to the committed
+    spend in ``totals``, would go past ``cap`` (an unknown quote passes only
+    approved and while the committed spend is below the cap)."""
+    committed = float(totals["actual_usd"]) + float(totals["live_estimated_usd"])
+    lower = bool(totals["lower_bound"]) or int(totals["live_unknown"]) > 0
+    for k, quote in enumerate(quotes):
+        usd = quote.estimated_usd
+        if usd is None:
             if approved and committed < cap:
-                return
-        elif committed + quote <= cap + _CAP_EPSILON_USD:
-            return
-        raise BudgetExceeded(
+                lower = True  # a live unknown now counts, as it would once written
+                continue
+        elif committed + usd <= cap + _CAP_EPSILON_USD:
+            committed += usd
+            continue
+        exc = BudgetExceeded(
             cap_usd=cap,
             committed_usd=committed,
-            quote_usd=quote,
+            quote_usd=usd,
             committed_is_lower_bound=lower,
-            needs_approval=quote is None and not approved,
+            needs_approval=usd is None and not approved,
             actor=who,
         )
+        name = names[k] if names is not None else None
+        if name is not None:
+            exc.args = (f"{name}: {exc.args[0]}",)
+        raise exc
 
 
 NO_SPEND: Mapping[str, Any] = MappingProxyType(

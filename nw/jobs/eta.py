@@ -15,9 +15,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used: a worker process starts without it
+    import numpy as np
 
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 
@@ -158,6 +159,8 @@ def predict_total_s(
 
 
 def _clean(samples: Sequence[float], window: int) -> np.ndarray:
+    import numpy as np
+
     values = np.asarray(list(samples)[-window:], dtype=float)
     values = values[np.isfinite(values)]
     return np.maximum(values, _MIN_S)
@@ -165,6 +168,8 @@ def _clean(samples: Sequence[float], window: int) -> np.ndarray:
 
 def sample_percentiles(samples: Sequence[float], config: JobsConfig) -> tuple[float, float]:
     """(p50, p90) of one key's samples (oldest first), drift-corrected (see module doc)."""
+    import numpy as np
+
     y = np.log(_clean(samples, config.sample_window_k))
     n = len(y)
     if n == 0:
@@ -217,6 +222,8 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> floa
     sample exceeds the 0.9 quantile 10% of the time. Beyond the largest
     position the largest value is the answer (no extrapolation).
     """
+    import numpy as np
+
     order = np.argsort(values, kind="stable")
     v = np.asarray(values, dtype=float)[order]
     w = np.asarray(weights, dtype=float)[order] / float(np.max(weights))
@@ -256,6 +263,8 @@ def progress_curve(
     median ratio rho = (share of the total time elapsed) / (reported fraction)
     and the log-sd of rho across runs. None when nothing is learned yet.
     """
+    import numpy as np
+
     for key in specific_keys(plan):
         bins: dict[str, list[float]] = {}
         for b in range(PROGRESS_BINS + 1):

@@ -46,6 +46,7 @@ from nw.jobs.reaper import Reaper
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
+from nw.jobs.stores.base import Refill
 from nw.project import Project, as_project
 
 log = logging.getLogger("nw.jobs.worker")
@@ -81,8 +82,12 @@ class Worker:
         self._secrets = secrets
         self.stopping = threading.Event()
         self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._last_claim = 0.0
         self._backlog = False
+        self._last_claim = 0.0
+        self._asked = 0
+        self._lock = threading.Lock()
+        self._refilled: set[str] = set()
+        self._loaded: dict[str, Callable] = {}
         self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._poker.setblocking(False)
         self.runtimes: list[Runtime] = []
@@ -110,9 +115,18 @@ class Worker:
             )
             self.runtimes.append(rt)
             self.reapers.append(Reaper(store, config, rt.holds))
+            store.refill = Refill(
+                kinds=self.kinds,
+                runner_id=self.runner_id,
+                want=self._refill_want,
+                take=lambda rows, rt=rt: self._take(rt, rows),
+                clock=config.clock,
+            )
 
     # ----- bookkeeping -----------------------------------------------------------
     def _released(self, job_id: str) -> None:
+        """A slot is free: claim again, but only if more may be queued (an idle
+        queue announces new jobs itself, so an empty claim here is a wasted round trip)."""
         launch = self._launches.pop(job_id, None)
         decided = launch.decided if launch is not None else None
         if decided is not None and decided.requeued and self.stopping.is_set():
@@ -129,7 +143,33 @@ class Worker:
                 _said(decided),
                 time.monotonic() - at,
             )
-        self._poke()  # a slot is free: claim again
+        with self._lock:
+            if job_id in self._refilled:  # its finish already claimed in its place
+                self._refilled.discard(job_id)
+                return
+        if self._backlog and self.busy < self.config.max_concurrent:
+            self._poke()
+
+    def _refill_want(self, finishing: Sequence[str]) -> int:
+        """How many jobs a batch of finishes (these job ids) should claim in their
+        place: every slot that is free once they are written, while more may be
+        queued. Jobs held but already replaced by an earlier refill (committed,
+        their thread not yet returned) do not occupy a slot."""
+        if not self._backlog or self.stopping.is_set():
+            return 0
+        # Only our own bodies free a slot (a reap may finish another worker's job).
+        mine = [job_id for job_id in finishing if job_id in self._launches]
+        with self._lock:
+            occupied = self.busy - len(self._refilled) - len(mine)
+            self._refilled.update(mine)  # their release needs no claim of its own
+        self._asked = max(self.config.max_concurrent - occupied, 0)
+        return self._asked
+
+    def _take(self, rt: Runtime, rows: list[JobRow]) -> None:
+        """Launch what a finish claimed in its slots (the finishing thread)."""
+        self._backlog = len(rows) >= self._asked  # fewer than asked: the queue is empty
+        for row in rows:
+            self._launch_safely(rt, row)
 
     def _poke(self) -> None:
         """Wake our own loop (a slot freed, or we are stopping)."""
@@ -164,12 +204,11 @@ class Worker:
 
         An idle worker claims at once (enqueue-to-start latency); a busy one
         claims when half its slots are free or ``CLAIM_BATCH_S`` after its last
-        claim, so a backlog of short jobs costs one claim per batch, not per job.
+        claim, so a backlog of short jobs costs one claim per batch, not per job
+        (on PostgreSQL the finishes claim in their slots' place, see ``Refill``).
         """
         cap, busy = self.config.max_concurrent, self.busy
         free = cap - busy
-        if free <= 0:
-            return False
         due = busy == 0 or 2 * free >= cap
         due = due or time.monotonic() - self._last_claim >= CLAIM_BATCH_S
         if due:
@@ -234,16 +273,19 @@ class Worker:
         spec = kinds.kind_spec(rec["kind"])
         if spec is None:
             raise kinds.KindImportError(f"kind {rec['kind']!r} is not registered in this worker")
-        fn = spec.load()
+        fn = self._loaded.get(spec.path)
+        if fn is None:  # imported once per kind, not per job
+            fn = self._loaded[spec.path] = spec.load()
         try:
             secrets = dict(self._secrets(rec["kind"], rec.get("params") or {}))
         except Exception:
             log.exception("secrets provider failed for kind %s", rec["kind"])
             secrets = {}
+        fal_key = secrets.get(credentials.FAL)  # without one there is nothing to bind per job
         launch = Launch(
             fn=fn,
             project=_project_of(rt, self),
-            capture=credentials.around_body(None, secrets),
+            capture=credentials.around_body(None, secrets) if fal_key else None,
             secrets=secrets,
             retryable=spec.retryable,
             stopping=self.stopping,
@@ -258,8 +300,7 @@ class Worker:
 
     def run(self) -> int:
         """Serve until ``stopping`` is set; returns the process exit code."""
-        self.recover(full=True)
-        last_reap = time.monotonic()
+        last_reap = None  # the boot reap comes right after the first claim, not before it
         log.info(
             "worker %s serving %d project(s), kinds: %s",
             self.runner_id,
@@ -267,15 +308,26 @@ class Worker:
             ", ".join(self.kinds()) or "none",
         )
         while not self.stopping.is_set():
-            if time.monotonic() - last_reap >= self.config.worker_beat_interval_s:
+            # At boot, and woken by a NOTIFY/datagram (a job was queued), by our
+            # own poke (a slot freed while more was queued) or by the slow poll:
+            # claim what fits. A wake we cannot act on (no free slot) is kept as
+            # a backlog, so the next freed slot claims.
+            wait = IDLE_POLL_S
+            if self.busy >= self.config.max_concurrent:
+                self._backlog = True
+            elif self._claim_due():
+                self.claim_once()
+                if self._backlog and self.busy < self.config.max_concurrent:
+                    continue  # a full batch and room left: more may be queued
+            elif self._backlog:
+                wait = CLAIM_BATCH_S  # more is queued: let a few slots free up, then claim
+            if last_reap is None:  # bodies already run meanwhile: a backlog is not held up
+                last_reap = time.monotonic()
+                self.recover(full=True)
+            elif time.monotonic() - last_reap >= self.config.worker_beat_interval_s:
                 last_reap = time.monotonic()
                 self.recover()
-            if self._claim_due() and self.claim_once():
-                continue  # a backlog drains without waiting
-            if self._backlog and 0 < self.busy < self.config.max_concurrent:
-                self._listener.wait(CLAIM_BATCH_S)  # more is queued: batch the next claim
-            else:  # nothing queued (or no free slot): sleep until a wake, a finish or the poll
-                self._listener.wait(IDLE_POLL_S)
+            self._listener.wait(wait)
         return self._drain()
 
     def _drain(self) -> int:
@@ -405,6 +457,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["worker_stale_s"] = args.worker_stale
     if args.shutdown_grace is not None:
         overrides["shutdown_grace_s"] = args.shutdown_grace
+    # A stop asked for while the worker is being set up (it has announced itself
+    # from then on) is kept and honoured once it exists: an exit, not a kill.
+    asked_to_stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: asked_to_stop.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: asked_to_stop.append(signum))
     try:
         config = JobsConfig(**overrides)
         projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
@@ -424,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)
+    if asked_to_stop:
+        worker.stop()
     code = worker.run()
     stuck = [
         t

@@ -177,6 +177,29 @@ def test_estimate_json(project):
     assert "unknown" in text.stdout and "requires approval" in text.stdout
 
 
+def test_enqueue_one_job_and_a_batch_all_or_nothing(project, tmp_path):
+    where = ("--project", str(project.root), "--import", "tests.fixtures.bodies")
+    one = nw_jobs("enqueue", "t.noop", "--params", '{"i": 0}', *where, "--json")
+    assert one.returncode == 0, one.stderr
+    first = json.loads(one.stdout)
+    assert first["status"] == "queued" and first["params"] == {"i": 0}
+    batch = tmp_path / "batch.json"
+    batch.write_text(json.dumps([["t.noop", {"i": 0}], {"kind": "t.noop", "params": {"i": 1}}]))
+    many = nw_jobs("enqueue", "--batch", str(batch), *where, "--json")
+    assert many.returncode == 0, many.stderr
+    got = json.loads(many.stdout)
+    assert [j["params"] for j in got] == [{"i": 0}, {"i": 1}]
+    assert got[0]["job_id"] == first["job_id"]  # a live job: the same job back
+    batch.write_text(json.dumps([["t.noop", {"i": 2}], ["t.nope", {}]]))
+    bad = nw_jobs("enqueue", "--batch", str(batch), *where)
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("nw-jobs: error: item 1: unknown kind 't.nope'"), bad.stderr
+    listed = nw_jobs("list", "--project", str(project.root), "--json")
+    assert sorted(j["params"]["i"] for j in json.loads(listed.stdout)) == [0, 1]
+    neither = nw_jobs("enqueue", *where)
+    assert neither.returncode == 1 and "a KIND or --batch FILE" in neither.stderr
+
+
 def test_summarize_reads_several_roots_without_writing(tmp_path, project, jobs):
     empty = nw.Project.init(tmp_path / "empty")
     result = nw_jobs("summarize", str(project.root), str(empty.root), "--json")

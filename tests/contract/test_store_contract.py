@@ -17,6 +17,7 @@ from au import ComputationResult, ComputationStatus
 
 from nw.jobs.errors import JobStoreError
 from nw.jobs.status import job_status
+from nw.jobs.stores.base import Refill
 
 T0 = 1_700_000_000.0
 _ids = itertools.count(1)
@@ -201,6 +202,101 @@ def test_threads_re_creating_a_finished_id_get_one_new_run(store):
         got = store.get(job_id)
         assert got.status.value == "queued" and got.record["attempt"] == 1
         assert len(store.claim(["render"], now=T0 + 100 * n + 50, runner_id="w", limit=5)) == 1
+
+
+def test_create_many_decides_each_record_as_create_does_in_one_batch(store):
+    (live,) = queued(store)
+    (done,) = queued(store, at=T0 + 1)
+    store.claim(["render"], now=T0 + 2, runner_id="w", limit=2)
+    assert finish_ok(store, done, 1)  # only the older one was claimed first: check it
+    assert store.get(live).status.value == "running"
+    fresh = [record(at=T0 + 10 + i) for i in range(3)]
+    batch = [record(live, at=T0 + 20), *fresh, record(done, at=T0 + 21, params={"n": 9})]
+    seen = []
+    out = store.create_many(
+        batch, claimable=[True, True, False, True, True], admit=lambda pos: seen.append(pos)
+    )
+    assert [created for _, created in out] == [False, True, True, True, True]
+    assert seen == [[1, 2, 3, 4]]  # the gate sees what will be written, live ones left out
+    assert out[0][0].status.value == "running" and out[0][0].record["created_at"] == T0
+    assert store.get(done).record["attempt"] == 1 and store.get(done).record["params"] == {"n": 9}
+    claimed = store.claim(["render"], now=T0 + 100, runner_id="w", limit=10)
+    assert sorted(r.record["job_id"] for r in claimed) == sorted(
+        [fresh[0]["job_id"], fresh[2]["job_id"], done]
+    )  # the unclaimable one stays for its own process
+
+
+def test_create_many_refused_by_admit_writes_nothing(store):
+    (live,) = queued(store)
+    before = sorted(store.iter_ids())
+
+    def refuse(positions):
+        raise RuntimeError("over budget")
+
+    with pytest.raises(RuntimeError, match="over budget"):
+        store.create_many([record(live), record(), record()], claimable=[True] * 3, admit=refuse)
+    assert sorted(store.iter_ids()) == before
+    with pytest.raises(ValueError, match="distinct"):
+        rec = record()
+        store.create_many([rec, dict(rec)], claimable=[True, True])
+    assert sorted(store.iter_ids()) == before
+
+
+def test_overlapping_batches_in_threads_create_each_job_once(store):
+    ids = [jid() for _ in range(40)]
+    results: list[tuple[str, bool]] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    def go(k):
+        mine = ids[k * 8 : k * 8 + 16]  # each batch overlaps the next one by half
+        if k % 2:
+            mine = mine[::-1]  # and in the opposite order
+        barrier.wait()
+        batch = [record(i, run_id=f"run-{k}-{i}") for i in mine]  # run ids are unique
+        out = store.create_many(batch, claimable=[True] * len(mine))
+        with lock:
+            results.extend((row.record["job_id"], created) for row, created in out)
+
+    threads = [threading.Thread(target=go, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    created = Counter(job_id for job_id, made in results if made)
+    assert sorted(created) == sorted(set(ids) & {j for j, _ in results})
+    assert set(created.values()) == {1}  # every job created by exactly one batch
+    assert len(store.claim(["render"], now=T0 + 1, runner_id="w", limit=100)) == len(created)
+
+
+def test_a_workers_refill_claims_in_a_finished_slot_only_after_the_finish_committed(store, reader):
+    a, b, c = queued(store, 3)
+    store.claim(["render"], now=T0 + 1, runner_id="w", limit=1)
+    seen = []
+
+    def take(rows):  # another connection must already see the finish
+        seen.append(([r.record["job_id"] for r in rows], reader.get(a).status.value))
+
+    asked = []
+
+    def want(ids):
+        asked.append(list(ids))
+        return 2
+
+    store.refill = Refill(
+        kinds=lambda: ["render"], runner_id="w2", want=want, take=take, clock=lambda: T0 + 2
+    )
+    assert finish_ok(store, a, 1)
+    if type(store).__name__ == "SqliteJobStore":  # a claim there is no round trip: no refill
+        assert seen == [] and asked == []
+        return
+    assert asked == [[a]] and seen == [([b, c], "succeeded")]
+    for job_id in (b, c):
+        got = store.get(job_id)
+        assert got.status.value == "running" and got.record["runner_id"] == "w2"
+        assert got.record["attempt"] == 1
+    store.refill = None
+    assert finish_ok(store, b, 1) and store.get(c).status.value == "running"
 
 
 # ----- start and claim ----------------------------------------------------------------------

@@ -421,3 +421,135 @@ def test_a_retried_run_keeps_its_key_and_priority(project, cfg):
 def test_a_limit_says_who_shares_it(project, cfg):
     got = jobs.set_limit(project, "fal:kling", max_running=2, config=cfg)
     assert got["scope"] == ("database" if cfg.database_url else "project")
+
+
+# ----- a batch (enqueue_many) and a worker's refill (finishes that claim) -----------------
+def test_a_batch_takes_its_kinds_key_priorities_turns_and_delays(project, cfg):
+    jobs.set_limit(project, "prov:a", max_running=1, config=cfg)
+    now = time.time()
+
+    def item(model, i, **extra):
+        return {"kind": "t.span", "params": {"model": model, "i": i}, **extra}
+
+    got = jobs.enqueue_many(
+        project,
+        [
+            item("a", "a0", actor="alice"),
+            item("a", "a1", actor="alice", priority=5),
+            item("b", "b0", actor="alice"),
+            item("b", "b1", actor="alice"),
+            item("b", "c0", actor="carol"),
+            item("b", "late", not_before=now + 40),
+        ],
+        config=cfg,
+    )
+    # each job carries its kind's key, its priority and its delay, as enqueue gives them
+    assert [j.limit_key for j in got] == ["prov:a", "prov:a"] + ["prov:b"] * 4
+    assert [j.priority for j in got] == [0, 5, 0, 0, 0, 0]
+    assert abs(got[5].not_before.timestamp() - now - 40) < 1e-3
+    store = shared_store(project, cfg, create=True)
+    # claimed by priority, then turns (carol does not wait behind alice's batch),
+    # the full key passed over, the delayed job not yet due
+    order = _claim_order(store, 6, now=now + 1, kinds=("t.span",))
+    assert order == ["a1", "c0", "b0", "b1"]
+    assert jobs.list_limits(project, config=cfg)[0]["running"] == 1
+    assert _claim_order(store, 1, now=now + 41, kinds=("t.span",)) == ["late"]
+
+
+def test_a_refill_starts_a_limited_key_only_where_its_limit_allows(project, cfg):
+    from nw.jobs.stores.base import Refill
+
+    jobs.set_limit(project, "prov:a", max_running=1, config=cfg)
+    items = [("t.span", {"model": "a", "i": f"a{i}"}) for i in range(3)]
+    items += [("t.span", {"model": "b", "i": f"b{i}"}) for i in range(2)]
+    items.append({"kind": "t.span", "params": {"model": "a", "i": "hi"}, "priority": 2})
+    jobs.enqueue_many(project, items, config=cfg)
+    store = shared_store(project, cfg, create=True)
+    now = cfg.clock() + 1
+    (first,) = store.claim(["t.span"], now=now, runner_id="w1", limit=1)
+    assert first.record["params"]["i"] == "hi"  # the priority first, under its key's limit
+    taken = []
+    store.refill = Refill(
+        kinds=lambda: ["t.span"],
+        runner_id="w1",
+        want=lambda ids: 3,
+        take=taken.append,
+        clock=lambda: now + 1,
+    )
+
+    def finish(row):
+        assert store.finish(
+            row.record["job_id"],
+            au_status=ComputationStatus.COMPLETED,
+            result={"ok": True},
+            error=None,
+            fields={"finished_at": now + 1},
+            attempt=row.record["attempt"],
+        )
+        if cfg.database_url:  # PostgreSQL folds the claim into the finish
+            assert len(taken) == 1
+            return taken.pop()
+        assert taken == []  # the embedded store does not refill: the worker claims
+        return store.claim(["t.span"], now=now + 1, runner_id="w1", limit=3)
+
+    # the finish frees key a's one slot: its next job starts in it, beside key b's
+    rows = finish(first)
+    assert sorted(r.record["params"]["i"] for r in rows) == ["a0", "b0", "b1"]
+    assert all(r.status.value == "running" and r.record["attempt"] == 1 for r in rows)
+    assert jobs.list_limits(project, config=cfg)[0]["running"] == 1
+    # a finish of key b frees no slot of key a: nothing of it starts
+    b0 = next(r for r in rows if r.record["params"]["i"] == "b0")
+    assert finish(b0) == []
+    assert jobs.list_limits(project, config=cfg)[0]["running"] == 1
+    queued = {j.params["i"] for j in jobs.list_jobs(project, status="queued", config=cfg)}
+    assert queued == {"a1", "a2"}
+
+
+@pytest.mark.slow
+def test_a_batch_drained_by_two_workers_keeps_a_keys_limit(project, cfg, tmp_path):
+    log = tmp_path / "spans.log"
+    jobs.set_limit(project, "prov:a", max_running=2, config=cfg)
+    items = [
+        ("t.span", {"model": m, "i": i, "log": str(log), "seconds": 0.1})
+        for i in range(20)
+        for m in ("a", "b")
+    ]
+    jobs.enqueue_many(project, items, config=cfg)
+    workers = [
+        start_worker(project, max_concurrent=4, database_url=cfg.database_url) for _ in range(2)
+    ]
+    try:
+        wait_until(
+            lambda: len(jobs.list_jobs(project, status="succeeded", limit=100, config=cfg)) == 40,
+            timeout=120,
+            what="40 jobs of a batch",
+        )
+    finally:
+        for w in workers:
+            stop(w)
+    a, b = _spans(log, "a"), _spans(log, "b")
+    assert len(a) == 20 and len(b) == 20
+    assert _max_overlap(a) == 2  # never more than the limit, and it was reached
+    assert _max_overlap(b) > 2  # the free key ran beside it
+
+
+def test_a_batch_is_gated_by_each_actors_budget_as_a_whole(project, cfg):
+    config = jobs.JobsConfig(
+        **{k: getattr(cfg, k) for k in ("heartbeat_interval_s", "heartbeat_stale_s")},
+        database_url=cfg.database_url,
+        actor_budget_usd=1.0,
+    )
+
+    def item(i, actor):
+        return {"kind": "t.noop", "params": {"i": i, "estimated_usd": 0.3}, "actor": actor}
+
+    jobs.enqueue(project, "t.noop", {"i": 0, "estimated_usd": 0.3}, actor="u1", config=config)
+    # 0.3 spent: two more fit under u1's 1.0, a third does not (u2's are its own)
+    batch = [item(1, "u1"), item(2, "u2"), item(3, "u1"), item(4, "u2"), item(5, "u1")]
+    with pytest.raises(jobs.BudgetExceeded, match=r"^item 4: actor 'u1'") as refused:
+        jobs.enqueue_many(project, batch, config=config)
+    assert refused.value.actor == "actor 'u1'"
+    assert len(jobs.list_jobs(project, config=config)) == 1  # all or nothing
+    made = jobs.enqueue_many(project, batch[:4], config=config)
+    assert len({j.job_id for j in made}) == 4
+    assert jobs.spend(project, actor="u1", config=config)["total_usd"] == pytest.approx(0.9)

@@ -34,6 +34,7 @@ EXPECTED = {
     "UnknownKind",
     "cancel_job",
     "enqueue",
+    "enqueue_many",
     "error_kind_of",
     "estimate",
     "get_job",

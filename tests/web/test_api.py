@@ -227,7 +227,7 @@ def test_post_enqueues_a_registered_kind_once(client, registered_kind):
     [
         (b'{"kind": "nope"}', "not registered"),
         (b"{not json", "the body is not valid JSON"),
-        (b"[]", "must be a JSON object"),
+        (b'"a string"', "must be a JSON object"),
         (b'{"params": {}}', "'kind' is required"),
         (b'{"kind": "test.remote", "params": [1]}', "'params' must be a JSON object"),
         (b'{"kind": "test.remote", "approved": "yes"}', "'approved' must be true or false"),
@@ -238,6 +238,40 @@ def test_post_rejects_what_it_cannot_run(client, registered_kind, body, fragment
     response = client.post("/api/jobs", content=body)
     assert response.status_code == 400
     assert fragment in response.json()["error"]
+
+
+def test_post_a_list_enqueues_a_batch_in_order(client, registered_kind):
+    items = [
+        {"kind": registered_kind, "params": {"x": 1}},
+        {"kind": registered_kind, "params": {"x": 2}, "label": "two", "actor": "ana"},
+        {"kind": registered_kind, "params": {"x": 1}},  # the same job as the first
+    ]
+    response = client.post("/api/jobs", json=items)
+    assert response.status_code == 202
+    got = response.json()["jobs"]
+    assert [j["params"] for j in got] == [{"x": 1}, {"x": 2}, {"x": 1}]
+    assert got[0]["job_id"] == got[2]["job_id"] and got[1]["label"] == "two"
+    listed = client.get("/api/jobs?status=queued").json()["jobs"]
+    assert sorted(j["job_id"] for j in listed) == sorted({j["job_id"] for j in got})
+    assert client.post("/api/jobs", json=[]).json() == {"jobs": []}
+
+
+@pytest.mark.parametrize(
+    "second, fragment",
+    [
+        ({"kind": "nope"}, "item 1: kind 'nope' is not registered"),
+        ({"params": {}}, "item 1: 'kind' is required"),
+        ([1], "item 1: must be a JSON object"),
+        ({"kind": "test.remote", "project": "p"}, "item 1: unknown field(s) project"),
+        ({"kind": "test.remote", "params": {"units": -1}}, "item 1: "),
+    ],
+)
+def test_post_a_list_with_one_bad_item_writes_nothing(client, registered_kind, second, fragment):
+    items = [{"kind": registered_kind, "params": {"x": 1}}, second]
+    response = client.post("/api/jobs", json=items)
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(fragment)
+    assert client.get("/api/jobs").json()["jobs"] == []
 
 
 def test_the_cost_gate_refuses_with_402_and_writes_nothing(project, registered_kind):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +50,22 @@ COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class Refill:
+    """A worker's standing request to a store's finishes: when a batch of
+    finishes is written, claim up to ``want(job ids)`` more jobs of
+    ``kinds()`` for ``runner_id`` in the same transaction and hand them to
+    ``take`` (called in the finishing thread once that transaction committed,
+    never before: a result is durable before its slot runs anything else).
+    ``want`` returning 0 asks for nothing (an idle queue, a stopping worker)."""
+
+    kinds: Callable[[], Sequence[str]]
+    runner_id: str
+    want: Callable[[Sequence[str]], int]
+    take: Callable[[list[JobRow]], None]
+    clock: Callable[[], float]
+
+
 class JobStore(ABC):
     """One project's jobs, behind atomic operations."""
 
@@ -56,6 +73,9 @@ class JobStore(ABC):
     limit_scope: str = "project"
     """Who shares this store's limits: the project's workers, or (PostgreSQL)
     every project in the ``database``."""
+    refill: Refill | None = None
+    """Set by a worker; a store that cannot fold claims into its finishes
+    (the embedded store: a claim there is no round trip) ignores it."""
 
     # ----- membership and reads -------------------------------------------------
     @abstractmethod
@@ -115,6 +135,22 @@ class JobStore(ABC):
         worker of the old run cannot write into the new one; ``attempt_base``
         says where the new run started), and what it spent, added to
         ``earlier_runs_usd`` (so re-running a job never erases spend)."""
+
+    @abstractmethod
+    def create_many(
+        self,
+        records: Sequence[dict[str, Any]],
+        *,
+        claimable: Sequence[bool],
+        admit: Callable[[list[int]], None] | None = None,
+    ) -> list[tuple[JobRow, bool]]:
+        """``create`` for a batch of distinct job ids, in one transaction: per
+        record, what ``create`` returns for it. ``admit(positions)`` (the
+        budget gate over the batch) receives the positions of the records that
+        will be written (new, or replacing a finished run; live ones are left
+        out) and runs inside the transaction like ``create``'s ``admit``; an
+        exception from it aborts the whole batch with nothing written. Workers
+        are woken once, after the commit, when any claimable job was created."""
 
     @abstractmethod
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | NotYet | None:
@@ -378,6 +414,13 @@ def due_at(record: Mapping[str, Any]) -> float:
     if isinstance(later, (int, float)) and not isinstance(later, bool):
         return max(created, float(later))
     return created
+
+
+def check_distinct(records: Sequence[Mapping[str, Any]]) -> None:
+    """``create_many`` takes each job id once: the facade dedups a batch first."""
+    ids = [r["job_id"] for r in records]
+    if len(set(ids)) != len(ids):
+        raise ValueError("create_many needs distinct job ids (dedup the batch first)")
 
 
 def utc_iso(ts: float | None) -> str | None:

@@ -49,6 +49,7 @@ loop, and the one place psycopg errors become ``JobStoreError``),
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 import uuid
@@ -67,10 +68,12 @@ from nw.jobs.records import JobRow
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
+    Refill,
     actor_id_of,
     bound_args,
     bucketed,
     carry_over,
+    check_distinct,
     due_at,
     rollup_rows,
     split_record,
@@ -86,6 +89,7 @@ from nw.jobs.stores.sql import load_queries
 __all__ = ["PostgresJobStore", "close_pools", "migrate", "open_postgres_store"]
 
 Q = load_queries("postgres_queries.sql")
+log = logging.getLogger("nw.jobs")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LIVE = ("queued", "running", "cancelling")
 
@@ -359,6 +363,91 @@ class PostgresJobStore(JobStore):
 
         return self._write("create", op)
 
+    def create_many(
+        self,
+        records: Sequence[dict[str, Any]],
+        *,
+        claimable: Sequence[bool],
+        admit: Callable[[list[int]], None] | None = None,
+    ) -> list[tuple[JobRow, bool]]:
+        """See ``JobStore.create_many``. One transaction: lock the batch's
+        existing rows, decide each as ``create`` does, run ``admit`` over the
+        rest, insert the new ones in one statement (and replace finished ones);
+        a row that appeared meanwhile (another batch, a lone create) makes the
+        whole transaction run again."""
+        check_distinct(records)
+        if not records:
+            return []
+        order = sorted(range(len(records)), key=lambda k: records[k]["job_id"])
+        base = self._params({"job_ids": [records[k]["job_id"] for k in order]})
+
+        def op(conn: psycopg.Connection, retried: bool) -> list[tuple[JobRow, bool]]:
+            out: list[Any] = [None] * len(records)
+            with conn.transaction():
+                if admit is not None:  # serialised with every admitted create of the project
+                    conn.execute(Q["lock_project_creates"], base)
+                found = {}
+                for r in conn.execute(Q["lock_many"], base).fetchall():
+                    if r["status"] != r["au_status"]:  # the status row predates the lock
+                        r = conn.execute(Q["get"], {**base, "job_id": r["job_id"]}).fetchone() or r
+                    found[r["job_id"]] = (
+                        self._row(r),
+                        r["status"] is not None and r["state"] in _LIVE,
+                    )
+                new, replace = [], []
+                for k in order:
+                    got = found.get(records[k]["job_id"])
+                    if got is not None and got[1]:
+                        # A retry whose first try committed finds its own run: created.
+                        run_id = records[k].get("run_id")
+                        mine = (
+                            retried and run_id is not None and got[0].record.get("run_id") == run_id
+                        )
+                        out[k] = (got[0], mine)
+                    else:
+                        (new if got is None else replace).append(k)
+                if admit is not None:
+                    self._tls.conn = conn
+                    try:
+                        admit(sorted(new + replace))  # raises: rolled back, nothing written
+                    finally:
+                        self._tls.conn = None
+                if new:
+                    batch = [self._batch_row(records[k], claimable[k], k) for k in new]
+                    args = {**base, "batch": _jsonb(batch), "channel": self.channel}
+                    if conn.execute(Q["create_many"], args).fetchone()["inserted"] != len(new):
+                        raise RetryNow("a job of the batch appeared during create_many")
+                    for k in new:
+                        out[k] = (JobRow(dict(records[k]), "pending"), True)
+                for k in replace:
+                    params = self._params(self._record_args(records[k]))
+                    params["queue_at"] = due_at(records[k]) if claimable[k] else None
+                    out[k] = self._replace(conn, params, records[k], found[records[k]["job_id"]][0])
+            return out
+
+        return self._write("create_many", op)
+
+    @staticmethod
+    def _batch_row(record: Mapping[str, Any], claimable: bool, n: int) -> dict[str, Any]:
+        """A new record as a row of ``create_many``'s batch (not started, not
+        cancelled); ``n``, its place in the batch, orders its actor's turns."""
+        cols, doc = split_record(record)
+        key = record.get("idempotency_key")
+        return {
+            "job_id": cols["job_id"],
+            "created_at": cols["created_at"],
+            "kind": cols["kind"],
+            "idempotency_key": key if isinstance(key, str) else None,
+            "actor_id": actor_id_of(record),
+            "attempt": cols["attempt"],
+            "runner_id": cols["runner_id"],
+            "doc": doc,
+            "queue_at": due_at(record) if claimable else None,
+            "limit_key": record.get("limit_key"),
+            "priority": int(record.get("priority") or 0),
+            "n": n,
+        }
+
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
         params = self._params(
             {"job_id": job_id, "now": now, "runner_id": runner_id, "lease": uuid.uuid4().hex}
@@ -416,26 +505,42 @@ class PostgresJobStore(JobStore):
                 got = conn.execute(Q["by_lease"], params).fetchall()
                 if got:
                     return [self._row(r) for r in got]
-            out: list[JobRow] = []
-            skip: list[str] = []
-            for _round in range(3):
-                want = int(limit) - len(out)
-                if want <= 0:
-                    break
-                args = {**params, "limit": want, "skip_keys": skip}
-                rows = conn.execute(Q["claim"], args).fetchall()
-                out += [self._row(r) for r in rows if not r["held"]]
-                held = [(r["job_id"], r["limit_key"]) for r in rows if r["held"]]
-                if not held:
-                    break
-                started, full = self._claim_limited(conn, params, held)
-                out += started
-                if not full or len(started) == len(held):
-                    break
-                skip += full
-            return out
+            return self._claim_rounds(conn, params, int(limit))
 
         return self._write("claim", op)
+
+    def _claim_rounds(
+        self,
+        conn: psycopg.Connection,
+        params: Mapping[str, Any],
+        limit: int,
+        first: list[Any] | None = None,
+    ) -> list[JobRow]:
+        """``claim``'s rounds: each claim statement starts the jobs of keys
+        without a limit and returns the others held for ``_claim_limited``; a
+        round that finds keys full is followed by one that passes over them.
+        ``first``: the rows of a first round already run (a folded refill's)."""
+        out: list[JobRow] = []
+        skip: list[str] = []
+        for _round in range(3):
+            want = limit - len(out)
+            if want <= 0:
+                break
+            if first is not None:
+                rows, first = first, None
+            else:
+                args = {**params, "limit": want, "skip_keys": skip}
+                rows = conn.execute(Q["claim"], args).fetchall()
+            out += [self._row(r) for r in rows if not r["held"]]
+            held = [(r["job_id"], r["limit_key"]) for r in rows if r["held"]]
+            if not held:
+                break
+            started, full = self._claim_limited(conn, params, held)
+            out += started
+            if not full or len(started) == len(held):
+                break
+            skip += full
+        return out
 
     def _rooms(self, conn: psycopg.Connection, keys: list[str], now: float) -> dict:
         rows = conn.execute(Q["limit_rooms"], {"keys": keys, "now": now}).fetchall()
@@ -522,11 +627,30 @@ class PostgresJobStore(JobStore):
             "doc": doc,
         }
         _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
-        return self._finishes.submit(item)
+        ok = self._finishes.submit(item)
+        claimed = getattr(self._tls, "claimed", None)
+        if claimed is not None:  # this thread led a batch that refilled: committed, now run them
+            self._tls.claimed = None
+            self.refill.take(claimed)
+        return ok
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """One statement for a batch of finishes; on a database error other than
-        an unreachable database, each item again alone (so one bad item fails alone)."""
+        an unreachable database, each item again alone (so one bad item fails alone).
+        With a worker's ``refill`` the batch also claims the jobs that take the
+        finished ones' slots, in the same statement (``finish_many_and_claim``)."""
+        refill = self.refill
+        want = refill.want([item["job_id"] for item in items]) if refill is not None else 0
+        if want > 0:
+            try:
+                done, rows = self._finish_and_claim(items, refill, want)
+            except JobStoreUnreachable:
+                raise
+            except JobStoreError as exc:
+                log.warning("finishing and claiming in one statement failed (%s); finishing", exc)
+            else:
+                self._tls.claimed = rows
+                return [item["job_id"] in done for item in items]
         try:
             done = self._exec(
                 "finish_many",
@@ -546,6 +670,39 @@ class PostgresJobStore(JobStore):
             except JobStoreError as exc:
                 out.append(exc)
         return out
+
+    def _finish_and_claim(
+        self, items: list[dict[str, Any]], refill: Refill, want: int
+    ) -> tuple[set[str], list[JobRow]]:
+        """``finish_many_and_claim``: the finishes commit with the claims of
+        unlimited keys or not at all; the held jobs of limited keys are then
+        started by ``_claim_limited`` after that commit, and keys found full
+        passed over in further rounds, as ``claim`` does (``_claim_rounds``)."""
+        finish = self._params(
+            {"batch": _jsonb(items), "job_ids": [item["job_id"] for item in items]}
+        )
+        claim = {
+            "kinds": list(refill.kinds()),
+            "now": refill.clock(),
+            "runner_id": refill.runner_id,
+            "limit": int(want),
+            "lease": uuid.uuid4().hex,
+        }
+        params = {**finish, **claim}
+
+        def op(conn: psycopg.Connection, retried: bool) -> tuple[set[str], list[JobRow]]:
+            if retried:  # the first try may have committed: its claims are ours by lease
+                got = conn.execute(Q["by_lease"], params).fetchall()
+                if got:  # and its finishes committed with them: writing them again is a no-op
+                    rows = conn.execute(Q["finish_many"], finish).fetchall()
+                    return {r["job_id"] for r in rows}, [self._row(r) for r in got]
+            rows = conn.execute(Q["finish_many_and_claim"], params).fetchall()
+            done = set(rows[0]["finished"]) if rows else set()
+            picked = [r for r in rows if r["job_id"] is not None]
+            # the finishes are committed: the held keys' counts see them
+            return done, self._claim_rounds(conn, params, int(want), first=picked)
+
+        return self._write("finish_many_and_claim", op)
 
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int

@@ -41,6 +41,7 @@ from nw.jobs.stores.base import (
     bound_args,
     bucketed,
     carry_over,
+    check_distinct,
     due_at,
     rollup_rows,
     split_record,
@@ -304,22 +305,60 @@ class SqliteJobStore(JobStore):
                 return existing, False
             if admit is not None:
                 admit()  # reads through this same connection, inside the transaction
-            if existing is not None:
-                record = {**record, **carry_over(existing.record)}
-                c.execute(Q["delete_progress"], {"job_id": job_id})
-            cols = self._put_job(c, record)
-            c.execute(
-                Q["put_queued_status"],
-                {
-                    "job_id": job_id,
-                    "created_at": utc_iso(cols["created_at"]),
-                    "attempt": cols["attempt"],
-                    "queue_at": due_at(record) if claimable else None,
-                },
-            )
+            record = self._put_new(c, record, existing, claimable)
         if claimable:
             self.wake_workers()  # after the commit: a woken worker finds the job
         return JobRow(dict(record), "pending"), True
+
+    def _put_new(
+        self,
+        c: sqlite3.Connection,
+        record: dict[str, Any],
+        existing: JobRow | None,
+        claimable: bool,
+    ) -> dict[str, Any]:
+        """Write a new queued job, replacing a finished one (see ``create``)."""
+        job_id = record["job_id"]
+        if existing is not None:
+            record = {**record, **carry_over(existing.record)}
+            c.execute(Q["delete_progress"], {"job_id": job_id})
+        cols = self._put_job(c, record)
+        c.execute(
+            Q["put_queued_status"],
+            {
+                "job_id": job_id,
+                "created_at": utc_iso(cols["created_at"]),
+                "attempt": cols["attempt"],
+                "queue_at": due_at(record) if claimable else None,
+            },
+        )
+        return record
+
+    def create_many(
+        self,
+        records: Sequence[dict[str, Any]],
+        *,
+        claimable: Sequence[bool],
+        admit: Callable[[list[int]], None] | None = None,
+    ) -> list[tuple[JobRow, bool]]:
+        check_distinct(records)
+        out: list[tuple[JobRow, bool] | None] = [None] * len(records)
+        with self._cursor(write=True) as c:  # BEGIN IMMEDIATE: one writer at a time
+            todo: list[tuple[int, dict[str, Any], JobRow | None]] = []
+            for k, record in enumerate(records):
+                existing = self._get(c, record["job_id"])
+                if existing is not None and existing.status in ACTIVE_STATUSES:
+                    out[k] = (existing, False)
+                else:
+                    todo.append((k, record, existing))
+            if admit is not None:
+                admit([k for k, _, _ in todo])  # inside the transaction, like create's
+            for k, record, existing in todo:
+                record = self._put_new(c, record, existing, claimable[k])
+                out[k] = (JobRow(dict(record), "pending"), True)
+        if any(claimable[k] for k, _, _ in todo):
+            self.wake_workers()  # once for the batch, after the commit
+        return [pair for pair in out if pair is not None]
 
     def _start_rows(
         self, c: sqlite3.Connection, ids: Sequence[str], now: float, runner_id: str

@@ -30,3 +30,13 @@ def json_object(text: str, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise HTTPException(400, f"{what} must be a JSON object")
     return value
+
+
+def json_array(text: str, what: str) -> list[Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HTTPException(400, f"{what} is not valid JSON: {exc.msg}") from None
+    if not isinstance(value, list):
+        raise HTTPException(400, f"{what} must be a JSON array")
+    return value

@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from nw.jobs import facade, kinds
 from nw.jobs.web import state, streams
-from nw.jobs.web.inputs import json_object
+from nw.jobs.web.inputs import json_array, json_object
 
 
 def get_job(request: Request) -> JSONResponse:
@@ -42,8 +42,15 @@ def estimate(request: Request) -> JSONResponse:
 
 
 async def create_job(request: Request) -> JSONResponse:
-    """Enqueue a registered kind (202); a refusal by the cost gate is 402."""
-    body = json_object((await request.body()).decode("utf-8", "replace"), "the body")
+    """Enqueue a registered kind (202); a refusal by the cost gate is 402.
+
+    A JSON array of such bodies (without ``project``/``approved``, which are
+    then query parameters) is one ``enqueue_many``: all or nothing, answered
+    ``{"jobs": [...]}`` in order; a bad element is a 400 naming it (``item N``)."""
+    text = (await request.body()).decode("utf-8", "replace")
+    if text.lstrip().startswith("["):
+        return await _create_many(request, text)
+    body = json_object(text, "the body")
     kind, params = _enqueue_request(body)
     project = state.projects(request).one(body.get("project"))
     job = await run_in_threadpool(
@@ -59,6 +66,38 @@ async def create_job(request: Request) -> JSONResponse:
         )
     )
     return JSONResponse(state.job_json(job, project), status_code=202)
+
+
+_ITEM_KEYS = ("kind", "params", "idempotency_key", "label", "actor")
+
+
+async def _create_many(request: Request, text: str) -> JSONResponse:
+    items = json_array(text, "the body")
+    for n, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise HTTPException(400, f"item {n}: must be a JSON object")
+        extra = sorted(set(item) - set(_ITEM_KEYS))
+        if extra:
+            batch_level = set(extra) & {"project", "approved"}
+            where = " (a query parameter for a list)" if batch_level else ""
+            raise HTTPException(400, f"item {n}: unknown field(s) {', '.join(extra)}{where}")
+        try:
+            _enqueue_request(item)
+        except HTTPException as exc:
+            raise HTTPException(400, f"item {n}: {exc.detail}") from None
+    approved = request.query_params.get("approved", "false")
+    if approved not in ("true", "false"):
+        raise HTTPException(400, "approved must be true or false")
+    project = state.projects(request).one(request.query_params.get("project"))
+    got = await run_in_threadpool(
+        lambda: facade.enqueue_many(
+            project,
+            [{"params": {}, **item} for item in items],
+            approved=approved == "true",
+            config=state.config(request),
+        )
+    )
+    return JSONResponse({"jobs": [state.job_json(job, project) for job in got]}, status_code=202)
 
 
 def _enqueue_request(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -281,6 +281,66 @@ SELECT count(*) AS notified
   FROM (SELECT pg_notify(%(channel)s, %(kind)s) FROM jb
          WHERE %(queue_at)s::double precision IS NOT NULL) n;
 
+-- name: lock_many
+-- `create_many`: the batch's existing rows, locked in job id order (a batch is
+-- inserted in that order too, so two overlapping batches cannot deadlock);
+-- liveness is decided from the locked rows' own columns, as for `lock`.
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error,
+       j.state, j.au_status
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
+ ORDER BY j.job_id
+   FOR UPDATE OF j;
+
+-- name: create_many
+-- The new jobs of a batch in one statement: the batch is one JSON array of
+-- rows (one parameter however many jobs), inserted in job id order. Each is
+-- queued with its status entry, its limit key, priority and due time as by
+-- `create`; its `actor_seq` as `create` computes it, a batch's jobs of one
+-- actor taking consecutive turns from that base in batch order (%(n)s), as
+-- one create after another would. One NOTIFY for the batch when any of them
+-- is claimable (queue_at set). Returns (inserted, notified) counts.
+WITH x AS (
+  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
+    AS x(job_id text, created_at double precision, kind text, idempotency_key text,
+         actor_id text, attempt integer, runner_id text, doc jsonb,
+         queue_at double precision, limit_key text, priority integer, n integer)
+), turns AS (
+  SELECT x.*, greatest(
+           coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
+                      WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
+                        AND coalesce(a.actor_id, '') = coalesce(x.actor_id, '')
+                      ORDER BY a.actor_seq DESC LIMIT 1), 0),
+           coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
+                      WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
+                      ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1)
+         + row_number() OVER (PARTITION BY coalesce(x.actor_id, '') ORDER BY x.n) AS actor_seq
+    FROM x
+), jb AS (
+  INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
+                            attempt, cancel_requested, started_at, finished_at, heartbeat_at,
+                            runner_id, doc, au_status, queue_at, limit_key, priority,
+                            actor_seq)
+  SELECT %(project_id)s, job_id, created_at, kind, idempotency_key, actor_id, attempt, false,
+         NULL, NULL, NULL, runner_id, doc, 'pending', queue_at, limit_key, priority, actor_seq
+    FROM turns ORDER BY job_id
+  ON CONFLICT (project_id, job_id) DO NOTHING
+  RETURNING job_id, created_at, attempt, queue_at
+), sb AS (
+  INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
+  SELECT %(project_id)s, job_id, 'pending', to_timestamp(created_at), attempt FROM jb
+  ON CONFLICT (project_id, job_id) DO UPDATE
+     SET status = 'pending', value = NULL, error = NULL, terminal_reason = NULL,
+         created_at = excluded.created_at, completed_at = NULL, attempt = excluded.attempt
+)
+SELECT (SELECT count(*) FROM jb) AS inserted,
+       (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '')
+                               WHERE EXISTS (SELECT 1 FROM jb WHERE queue_at IS NOT NULL)) n)
+         AS notified;
+
 -- name: start
 -- queued -> running for the process holding the callable: bumps the attempt
 -- (the lease counter), stamps started_at and a first beat, takes the lease,
@@ -562,6 +622,101 @@ WITH p AS (
      AND s.job_id = jb.job_id
 )
 SELECT job_id FROM jb;
+
+-- name: finish_many_and_claim
+-- A worker's batch of finishes (as `finish_many`) and the claim (as `claim`:
+-- the same `blocked` and `picked`, claim order, full keys passed over, the
+-- attempt recorded) of the jobs that take their slots, in one statement: one
+-- round trip, and the finishes commit with the claims or not at all, so a
+-- result is durable before its slot runs anything else. A job whose key has a
+-- limit is not started here but returned `held`, for `_claim_limited` once
+-- this has committed (it counts the keys again under their locks, and then
+-- sees these finishes). `blocked` reads the snapshot from before the finishes,
+-- so it leaves the batch's own jobs out of the running counts: it only
+-- decides which jobs come back held, never what starts. One row at least:
+-- the ids written, then one picked job per row (NULLs when none was picked).
+WITH p AS (
+  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
+      AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
+           cols jsonb, doc jsonb)
+), fj AS (
+  UPDATE nw_jobs.jobs j
+     SET created_at = CASE WHEN p.cols ? 'created_at' THEN (p.cols->>'created_at')::double precision ELSE j.created_at END,
+         kind = CASE WHEN p.cols ? 'kind' THEN p.cols->>'kind' ELSE j.kind END,
+         idempotency_key = CASE WHEN p.cols ? 'idempotency_key' THEN p.cols->>'idempotency_key' ELSE j.idempotency_key END,
+         actor_id = CASE WHEN p.cols ? 'actor_id' THEN p.cols->>'actor_id' ELSE j.actor_id END,
+         attempt = CASE WHEN p.cols ? 'attempt' THEN (p.cols->>'attempt')::integer ELSE j.attempt END,
+         cancel_requested = CASE WHEN p.cols ? 'cancel_requested' THEN (p.cols->>'cancel_requested')::boolean ELSE j.cancel_requested END,
+         started_at = CASE WHEN p.cols ? 'started_at' THEN (p.cols->>'started_at')::double precision ELSE j.started_at END,
+         finished_at = CASE WHEN p.cols ? 'finished_at' THEN (p.cols->>'finished_at')::double precision ELSE j.finished_at END,
+         heartbeat_at = CASE WHEN p.cols ? 'heartbeat_at' THEN (p.cols->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
+         runner_id = CASE WHEN p.cols ? 'runner_id' THEN p.cols->>'runner_id' ELSE j.runner_id END,
+         doc = j.doc || p.doc,
+         au_status = p.au_status,
+         queue_at = NULL
+    FROM p
+   WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
+     AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
+  RETURNING j.job_id
+), fs AS (
+  UPDATE nw_jobs.status s
+     SET status = p.au_status, value = p.value, error = p.error, completed_at = now()
+    FROM fj JOIN p ON p.job_id = fj.job_id
+   WHERE s.project_id = %(project_id)s AND s.job_id = ANY(%(job_ids)s::text[])
+     AND s.job_id = fj.job_id
+), blocked AS MATERIALIZED (
+  SELECT l.limit_key FROM nw_jobs.limits l
+   WHERE l.max_running <= (SELECT count(*) FROM nw_jobs.jobs r
+                            WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
+                              AND r.finished_at IS NULL
+                              AND NOT (r.project_id = %(project_id)s
+                                       AND r.job_id = ANY(%(job_ids)s::text[])))
+      OR l.per_second <= (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
+), picked AS (
+  SELECT j.job_id, j.limit_key,
+         (j.limit_key IS NOT NULL
+          AND EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key)) AS held,
+         row_number() OVER () AS n
+    FROM (SELECT job_id, limit_key FROM nw_jobs.jobs
+           WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
+             AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested
+             AND (limit_key IS NULL OR limit_key NOT IN (SELECT limit_key FROM blocked))
+           ORDER BY priority DESC, actor_seq, created_at, job_id
+           LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED) j
+), jb AS (
+  UPDATE nw_jobs.jobs j
+     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
+         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL,
+         doc = jsonb_set(j.doc, '{attempts}',
+                   coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
+                                 THEN j.doc->'attempts' END, '[]'::jsonb)
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', j.attempt + 1 - coalesce((j.doc->>'attempt_base')::integer, 0),
+                        'lease', j.attempt + 1,
+                        'runner_id', %(runner_id)s::text,
+                        'host', r.info->'host',
+                        'pid', r.info->'pid',
+                        'started_at', %(now)s::double precision)))
+    FROM picked
+    LEFT JOIN nw_jobs.runners r
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s::text
+   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
+  RETURNING j.*
+), sb AS (
+  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
+    FROM jb
+   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
+  RETURNING s.job_id, s.status, s.value, s.error
+)
+SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished, r.*
+  FROM (SELECT 1) one
+  LEFT JOIN (SELECT picked.n, picked.held, picked.limit_key, picked.job_id, jb.created_at,
+                    jb.kind, jb.attempt, jb.cancel_requested, jb.started_at, jb.finished_at,
+                    jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error
+               FROM picked LEFT JOIN jb USING (job_id) LEFT JOIN sb USING (job_id)
+              WHERE picked.held OR jb.job_id IS NOT NULL) r ON true
+ ORDER BY r.n;
 
 -- name: requeue
 -- A failed attempt goes back to the queue, due at %(not_before)s (fenced;
