@@ -21,7 +21,18 @@ from au import ComputationStatus
 from au.base import ComputationBackend
 
 from nw.errors import InvalidType, InvalidValue, UnknownKind
-from nw.jobs import costing, credentials, eta, ids, kinds, limits, liveness, recovery, waits
+from nw.jobs import (
+    costing,
+    credentials,
+    eta,
+    ids,
+    kinds,
+    limits,
+    liveness,
+    queue_view,
+    recovery,
+    waits,
+)
 from nw.jobs.body import Launch
 from nw.jobs.costing import quote_for
 from nw.jobs.model import (
@@ -469,20 +480,16 @@ def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: J
 
 def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str, waits.Wait]:
     """The predicted start and what holds each queued job of ``rows`` (see
-    ``nw.jobs.waits``); reads the queue ahead, the running jobs, the workers
-    and the limits once for the whole page, and only when a job is queued."""
+    ``nw.jobs.waits``): one replay of the queue for the whole page, only when a
+    job is queued, and shared by the reads of the next second (``queue_view``)."""
     queued = [r for r in rows if r.status.value == "queued"]
     if not queued:
         return {}
     now = config.clock()
-    lims = {lim.key: lim for lim in store.limits(now=now)}
-    running = [
-        waits.Running(r.record.get("limit_key"), _remaining(r, now, config))
-        for r in store.page(status="running", limit=waits.QUEUE_HORIZON)
-    ]
-    slots = waits.worker_slots(store.runners(), now=now, stale_s=config.heartbeat_stale_s)
-    ahead = store.queue_ahead(limit=waits.QUEUE_HORIZON)
-    planned = waits.plan_starts(ahead, running, slots=slots, limits=lims, now=now)
+    kept = queue_view.replay(
+        store, now, (r.record["job_id"] for r in queued), lambda: _replay(store, now, config)
+    )
+    lims, planned = kept.limits, kept.planned
     out = {}
     for row in queued:
         job_id, rec = row.record["job_id"], row.record
@@ -500,6 +507,20 @@ def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str,
         elif not liveness.runs_inproc(rec):
             out[job_id] = waits.Wait(None, None)
     return out
+
+
+def _replay(store: JobStore, now: float, config: JobsConfig) -> queue_view.Replay:
+    """Read the queue ahead, the running jobs, the workers and the limits, and
+    replay them (``waits.plan_starts``)."""
+    lims = {lim.key: lim for lim in store.limits(now=now)}
+    running = [
+        waits.Running(r.record.get("limit_key"), _remaining(r, now, config))
+        for r in store.page(status="running", limit=waits.QUEUE_HORIZON)
+    ]
+    slots = waits.worker_slots(store.runners(), now=now, stale_s=config.heartbeat_stale_s)
+    ahead = store.queue_ahead(limit=waits.QUEUE_HORIZON)
+    planned = waits.plan_starts(ahead, running, slots=slots, limits=lims, now=now)
+    return queue_view.Replay(now, lims, planned, truncated=len(ahead) >= waits.QUEUE_HORIZON)
 
 
 def _remaining(row: JobRow, now: float, config: JobsConfig) -> float | None:
