@@ -76,6 +76,7 @@ def test_all_is_exactly_the_public_surface():
         "model",
         "outcome",
         "procs",
+        "queue_view",
         "reaper",
         "records",
         "recovery",
