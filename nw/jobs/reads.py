@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from nw.errors import InvalidValue
-from nw.jobs import eta, limits, liveness, recovery, waits
+from nw.jobs import eta, limits, liveness, queue_view, recovery, waits
 from nw.jobs.checks import _check_grade, _check_limit, _check_status, _check_text, _could_name_a_job
 from nw.jobs.handles import ProjectLike, _reader
 from nw.jobs.model import (
@@ -246,20 +246,16 @@ def _read(
 
 def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str, waits.Wait]:
     """The predicted start and what holds each queued job of ``rows`` (see
-    ``nw.jobs.waits``); reads the queue ahead, the running jobs, the workers
-    and the limits once for the whole page, and only when a job is queued."""
+    ``nw.jobs.waits``): one replay of the queue for the whole page, only when a
+    job is queued, and shared by the reads of the next second (``queue_view``)."""
     queued = [r for r in rows if r.status.value == "queued"]
     if not queued:
         return {}
     now = config.clock()
-    lims = {lim.key: lim for lim in store.limits(now=now)}
-    running = [
-        waits.Running(r.record.get("limit_key"), _remaining(r, now, config))
-        for r in store.page(status="running", limit=waits.QUEUE_HORIZON)
-    ]
-    slots = waits.worker_slots(store.runners(), now=now, stale_s=config.heartbeat_stale_s)
-    ahead = store.queue_ahead(limit=waits.QUEUE_HORIZON)
-    planned = waits.plan_starts(ahead, running, slots=slots, limits=lims, now=now)
+    kept = queue_view.replay(
+        store, now, (r.record["job_id"] for r in queued), lambda: _replay(store, now, config)
+    )
+    lims, planned = kept.limits, kept.planned
     out = {}
     for row in queued:
         job_id, rec = row.record["job_id"], row.record
@@ -277,6 +273,20 @@ def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str,
         elif not liveness.runs_inproc(rec):
             out[job_id] = waits.Wait(None, None)
     return out
+
+
+def _replay(store: JobStore, now: float, config: JobsConfig) -> queue_view.Replay:
+    """Read the queue ahead, the running jobs, the workers and the limits, and
+    replay them (``waits.plan_starts``)."""
+    lims = {lim.key: lim for lim in store.limits(now=now)}
+    running = [
+        waits.Running(r.record.get("limit_key"), _remaining(r, now, config))
+        for r in store.page(status="running", limit=waits.QUEUE_HORIZON)
+    ]
+    slots = waits.worker_slots(store.runners(), now=now, stale_s=config.heartbeat_stale_s)
+    ahead = store.queue_ahead(limit=waits.QUEUE_HORIZON)
+    planned = waits.plan_starts(ahead, running, slots=slots, limits=lims, now=now)
+    return queue_view.Replay(now, lims, planned, truncated=len(ahead) >= waits.QUEUE_HORIZON)
 
 
 def _remaining(row: JobRow, now: float, config: JobsConfig) -> float | None:

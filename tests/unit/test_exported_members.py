@@ -79,6 +79,7 @@ def test_all_is_exactly_the_public_surface():
         "model",
         "outcome",
         "procs",
+        "queue_view",
         "reads",
         "reaper",
         "records",

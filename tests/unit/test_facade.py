@@ -84,3 +84,29 @@ def test_cancelling_a_queued_job_closes_it_at_once(project, config, clock):
     assert got.queue_wait_s == 2.0
     store = shared_store(project, config, create=False)
     assert store.claim([KIND], now=clock.now, runner_id="w") == []  # it never runs
+
+
+def test_reads_of_queued_jobs_share_one_replay_of_the_queue_a_second(
+    project, config, clock, monkeypatch
+):
+    # Given a backlog of queued jobs and a count of the queue reads behind their ETAs
+    queued = [jobs.enqueue(project, KIND, {"i": 100 + i}, config=config) for i in range(5)]
+    store = shared_store(project, config, create=False)
+    reads = []
+    real = store.queue_ahead
+    monkeypatch.setattr(store, "queue_ahead", lambda **kw: reads.append(1) or real(**kw))
+    # When every job is read, several times, within one second
+    for _ in range(3):
+        for job in queued:
+            jobs.get_job(project, job.job_id, config=config)
+        jobs.list_jobs(project, status="queued", config=config)
+    # Then the queue was read and replayed once
+    assert len(reads) == 1
+    # ... a job queued since is not answered from the old replay
+    later = jobs.enqueue(project, KIND, {"i": 200}, config=config)
+    jobs.get_job(project, later.job_id, config=config)
+    assert len(reads) == 2
+    # ... and a second on, the next read replays again
+    clock.advance(1.0)
+    jobs.get_job(project, queued[0].job_id, config=config)
+    assert len(reads) == 3
