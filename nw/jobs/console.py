@@ -16,8 +16,9 @@ from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
 from nw.jobs import eta, ids, kinds, limits, liveness, recovery
+from nw.jobs.checks import _could_name_a_job
 from nw.jobs.costing import Quote, quote_for
-from nw.jobs.facade import ProjectLike, _could_name_a_job, _reader
+from nw.jobs.handles import ProjectLike, _reader
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, Job, JobsConfig
 from nw.jobs.records import JobRow, new_record, to_job
 from nw.jobs.stores import shared_store
@@ -337,7 +338,7 @@ def metrics(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dic
     ``spend``, workers by state, and the duration of finished jobs by kind
     (``{count, seconds, buckets}`` over ``DURATION_BUCKETS_S``, of the jobs
     the store holds)."""
-    from nw.jobs.facade import spend
+    from nw.jobs.spending import spend
 
     proj = as_project(project)
     store, _ = _reader(proj, config)

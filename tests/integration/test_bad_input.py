@@ -61,12 +61,13 @@ def test_malformed_units_are_a_valueerror_in_enqueue_and_estimate(project, units
 def test_a_string_that_cannot_name_a_job_is_unknown_before_any_store_sees_it(
     project, bad, monkeypatch
 ):
-    from nw.jobs import facade
+    from nw.jobs import facade, reads
 
     def no_store(*_args, **_kwargs):
         raise AssertionError(f"the store was opened for {bad!r}")
 
-    monkeypatch.setattr(facade, "_reader", no_store)
+    for module in (facade, reads):  # where get_job, cancel_job and the progress read open it
+        monkeypatch.setattr(module, "_reader", no_store)
     assert jobs.get_job(project, bad) is None
     assert jobs.cancel_job(project, bad) is None
     assert jobs.get_job_progress(project, bad) == []

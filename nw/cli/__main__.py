@@ -1,0 +1,7 @@
+"""``python -m nw.cli``."""
+
+import sys
+
+from nw.cli import main
+
+sys.exit(main())

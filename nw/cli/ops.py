@@ -1,0 +1,105 @@
+"""Operating subcommands: ``workers``, ``prune``, ``summarize``, ``worker``
+(delegates to ``nw.jobs.worker``) and ``db migrate``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from nw.cli.common import (
+    EXIT_OK,
+    PROJECT_ENV,
+    UserError,
+    _age_text,
+    _console,
+    _job_dict,
+    _optional_module,
+    _print_json,
+    _project,
+)
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    from nw.cli_render import workers_table
+    from nw.jobs import workers
+
+    project = _project(args)
+    found = workers(project)
+    if args.json:
+        _print_json(found)
+        return EXIT_OK
+    console = _console()
+    if not found:
+        console.print(f"no workers announced for {project.root} (start one: nw-jobs worker)")
+        return EXIT_OK
+    console.print(workers_table(found, title=f"{project.title} — workers"))
+    return EXIT_OK
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from nw.jobs import prune
+
+    project = _project(args)
+    deleted = prune(project, older_than_s=args.older_than)
+    if args.json:
+        _print_json({"deleted": deleted, "older_than_s": args.older_than})
+        return EXIT_OK
+    _console().print(
+        f"pruned {deleted} finished job(s) older than {_age_text(args.older_than)};"
+        " their spend stays in the totals"
+    )
+    return EXIT_OK
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    from nw import Project
+    from nw.cli_render import jobs_table
+    from nw.jobs import summarize
+
+    roots = args.roots or [args.project or os.environ.get(PROJECT_ENV) or os.getcwd()]
+    projects = [Project(root) for root in roots]
+    rows = []
+    for project in projects:
+        for job in summarize(project, limit=args.limit, status=args.status):
+            rows.append({**_job_dict(job), "project": str(project.root)})
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    console = _console()
+    for project in projects:
+        jobs = [r for r in rows if r["project"] == str(project.root)]
+        if jobs:
+            title = f"{project.root} — {len(jobs)} job(s)"
+            console.print(jobs_table(jobs, title=title, width=console.width))
+        else:
+            console.print(f"{project.root}: no jobs")
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
+    worker = _optional_module("nw.jobs.worker", "the worker", extra="")
+    argv: list[str] = []
+    for root in args.project or [os.environ.get(PROJECT_ENV) or os.getcwd()]:
+        argv += ["--project", root]
+    for module in args.imports or ():
+        argv += ["--import", module]
+    if args.max_concurrent is not None:
+        argv += ["--max-concurrent", str(args.max_concurrent)]
+    if args.log_level:
+        argv += ["--log-level", args.log_level]
+    result = worker.main([*argv, *extra])
+    return int(result or 0)
+
+
+def cmd_db_migrate(args: argparse.Namespace) -> int:
+    url = args.database_url or os.environ.get("NW_JOBS_DATABASE_URL")
+    if not url:
+        raise UserError("db migrate needs --database-url or NW_JOBS_DATABASE_URL")
+    postgres = _optional_module("nw.jobs.stores.postgres", "db migrate", extra="postgres")
+    applied = postgres.migrate(url)
+    if applied:
+        _console().print("applied: " + ", ".join(applied))
+    else:
+        _console().print("the schema is up to date")
+    return EXIT_OK
