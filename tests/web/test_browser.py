@@ -6,34 +6,16 @@ through Selenium.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
-from nw.jobs import JobCancelled, enqueue, get_job
+from nw.jobs import enqueue, get_job
+from tests.fixtures.bodies import Crawl
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 TOKEN = "browser-test-token"
-
-
-class Crawl:
-    """A body that reports a slowly growing fraction until it is cancelled."""
-
-    def __init__(self):
-        self.stop = threading.Event()
-
-    def __call__(self, project, params, *, on_event, should_cancel):
-        fraction = 0.02
-        on_event({"stage_index": 0, "stage_count": 3, "current_transform": "render"})
-        while not self.stop.is_set():
-            if should_cancel():
-                raise JobCancelled("stopped by the tray")
-            fraction = min(fraction + 0.01, 0.95)
-            on_event({"fraction": fraction, "current_transform": "render"})
-            time.sleep(0.1)
-        return {"ok": True}
 
 
 def _pct(driver, job_id: str) -> float | None:

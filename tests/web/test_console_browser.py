@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import threading
-import time
 
 import pytest
 
-from nw.jobs import JobCancelled, cancel_job, enqueue, get_job, list_jobs
+from nw.jobs import cancel_job, enqueue, get_job, list_jobs
 from nw.jobs.kinds import register_kind, unregister_kind
 from nw.jobs.model import JobsConfig
+from tests.fixtures.bodies import Crawl
 from tests.helpers import wait_until
 from tests.integration.workers import start_worker, stop
 
@@ -61,24 +60,6 @@ def fails(project, params):
 
 def done(project, params):
     return {"frames": 24}
-
-
-class Crawl:
-    """A body that reports a slowly growing fraction until it is cancelled or let go."""
-
-    def __init__(self):
-        self.stop = threading.Event()
-
-    def __call__(self, project, params, *, on_event, should_cancel):
-        fraction = 0.02
-        on_event({"stage_index": 0, "stage_count": 3, "current_transform": "render"})
-        while not self.stop.is_set():
-            if should_cancel():
-                raise JobCancelled("stopped from the page")
-            fraction = min(fraction + 0.01, 0.95)
-            on_event({"fraction": fraction, "current_transform": "render"})
-            time.sleep(0.1)
-        return {"ok": True}
 
 
 def finished(project, job, config=None):
