@@ -374,7 +374,7 @@ WITH picked AS (
                         'started_at', %(now)s::double precision)))
     FROM picked
     LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s::text
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
   RETURNING j.*
 ), sb AS (
@@ -405,8 +405,7 @@ WITH blocked AS MATERIALIZED (
       OR l.per_second <= (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
 ), picked AS (
   SELECT j.job_id, j.limit_key,
-         (j.limit_key IS NOT NULL
-          AND EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key)) AS held,
+         EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key) AS held,
          row_number() OVER () AS n
     FROM (SELECT job_id, limit_key FROM nw_jobs.jobs
            WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
@@ -431,7 +430,7 @@ WITH blocked AS MATERIALIZED (
                         'started_at', %(now)s::double precision)))
     FROM picked
     LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s::text
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
   RETURNING j.*
 ), sb AS (
@@ -496,7 +495,7 @@ WITH picked AS (
                         'started_at', %(now)s::double precision)))
     FROM picked
     LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s::text
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
   RETURNING j.*
 ), sb AS (
@@ -662,8 +661,7 @@ WITH p AS (
   UPDATE nw_jobs.status s
      SET status = p.au_status, value = p.value, error = p.error, completed_at = now()
     FROM fj JOIN p ON p.job_id = fj.job_id
-   WHERE s.project_id = %(project_id)s AND s.job_id = ANY(%(job_ids)s::text[])
-     AND s.job_id = fj.job_id
+   WHERE s.project_id = %(project_id)s AND s.job_id = fj.job_id
 ), blocked AS MATERIALIZED (
   SELECT l.limit_key FROM nw_jobs.limits l
    WHERE l.max_running <= (SELECT count(*) FROM nw_jobs.jobs r
@@ -674,8 +672,7 @@ WITH p AS (
       OR l.per_second <= (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
 ), picked AS (
   SELECT j.job_id, j.limit_key,
-         (j.limit_key IS NOT NULL
-          AND EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key)) AS held,
+         EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key) AS held,
          row_number() OVER () AS n
     FROM (SELECT job_id, limit_key FROM nw_jobs.jobs
            WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
@@ -700,7 +697,7 @@ WITH p AS (
                         'started_at', %(now)s::double precision)))
     FROM picked
     LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s::text
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
   RETURNING j.*
 ), sb AS (
