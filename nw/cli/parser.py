@@ -215,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         type=str.upper,
-        help="INFO (default): a line per job start and end (kind, id, attempt, outcome, seconds)",
+        help="INFO (default): a line per job as it ends (kind, id, attempt, outcome, seconds);"
+        " DEBUG also its start",
     )
 
     db = sub.add_parser("db", help="database maintenance", description="database maintenance")

@@ -295,7 +295,9 @@ class Worker:
         self._launches[rec["job_id"]] = launch
         attempt = attempt_in_run(rec)
         self._started[rec["job_id"]] = (rec["kind"], attempt, time.monotonic())
-        log.info("start %s %s attempt %s", rec["kind"], rec["job_id"][:12], attempt)
+        # At DEBUG: INFO's one line per job is its end, which says everything
+        # (two lines per job cost a burst of short jobs 15% of its drain rate).
+        log.debug("start %s %s attempt %s", rec["kind"], rec["job_id"][:12], attempt)
         rt.run_claimed(row, launch)
 
     def run(self) -> int:
@@ -429,7 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--log-level",
         default="INFO",
-        help="INFO (default) logs one line per job start and end; WARNING only problems",
+        help="INFO (default) logs one line per job as it ends; DEBUG also its start;"
+        " WARNING only problems",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
