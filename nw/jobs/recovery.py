@@ -136,11 +136,14 @@ def reap_stale(
     holds: Callable[[str], bool],
     workers: Workers | None = None,
 ) -> list[str]:
-    """Every unfinished job of the store whose worker is gone (a full pass)."""
+    """Every unfinished job of the store whose worker is gone (a full pass).
+    Jobs queued for a worker's claim are not read: no worker holds them yet,
+    and a backlog of them made each pass (at boot, then every
+    ``heartbeat_interval_s``) read and decode the whole queue."""
     reaped = []
     if workers is None:
         workers = workers_seen(store)
-    for row in store.live():
+    for row in store.live(claimable=False):
         held = holds(row.record["job_id"])
         dead = _dead(row, now, config, held, workers)
         if dead and reap(store, row, now, config, _beat_of(row, workers)):

@@ -601,6 +601,16 @@ def test_live_is_every_unfinished_job_oldest_first(store):
     assert [r.record["job_id"] for r in store.live()] == [b, c]
 
 
+def test_live_without_claimable_leaves_out_the_jobs_queued_for_a_worker(store):
+    # Given a running job, a job queued for workers and one queued in-process
+    a, b = queued(store, 2)
+    (mine,) = queued(store, 1, claimable=False, at=T0 + 1)
+    store.claim(["render"], now=T0 + 2, runner_id="w", limit=1)  # a
+    # Then a reaper's read leaves out only the claimable one (no worker holds it)
+    assert [r.record["job_id"] for r in store.live(claimable=False)] == [a, mine]
+    assert [r.record["job_id"] for r in store.live()] == [a, b, mine]
+
+
 def test_reads_of_unknown_jobs(store):
     assert store.get(jid()) is None
     assert store.get_status(jid()) is None

@@ -101,8 +101,9 @@ class JobStore(ABC):
         only older jobs follow. Every filter walks an index."""
 
     @abstractmethod
-    def live(self) -> list[JobRow]:
-        """Every job that is not finished (queued, running, cancelling)."""
+    def live(self, *, claimable: bool = True) -> list[JobRow]:
+        """Every job that is not finished (queued, running, cancelling);
+        ``claimable=False`` leaves out the jobs queued for a worker's claim."""
 
     @abstractmethod
     def iter_ids(self) -> Iterator[str]:

@@ -259,8 +259,9 @@ class PostgresJobStore(JobStore):
         }
         return [self._row(r) for r in self._read("page", args, query)]
 
-    def live(self) -> list[JobRow]:
-        return [self._row(r) for r in self._read("live", {})]
+    def live(self, *, claimable: bool = True) -> list[JobRow]:
+        query = "live" if claimable else "live_unclaimable"
+        return [self._row(r) for r in self._read(query, {})]
 
     def change_mark(self) -> tuple[Any, ...]:
         return tuple(self._read("change_mark", {})[0].values())

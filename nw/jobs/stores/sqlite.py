@@ -261,9 +261,9 @@ class SqliteJobStore(JobStore):
             rows = c.execute(Q[query], args).fetchall()
         return [self._row(r) for r in rows]
 
-    def live(self) -> list[JobRow]:
+    def live(self, *, claimable: bool = True) -> list[JobRow]:
         with self._cursor() as c:
-            rows = c.execute(Q["live"]).fetchall()
+            rows = c.execute(Q["live" if claimable else "live_unclaimable"]).fetchall()
         return [self._row(r) for r in rows]
 
     def change_mark(self) -> tuple[int, int]:

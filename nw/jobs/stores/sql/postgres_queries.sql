@@ -186,6 +186,17 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
  WHERE j.project_id = %(project_id)s AND j.finished_at IS NULL
  ORDER BY j.created_at, j.job_id;
 
+-- name: live_unclaimable
+-- `live` without the jobs queued for a worker's claim (queue_at set): what a
+-- reaper reads, since any worker will claim those (a backlog is not read).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM nw_jobs.jobs j
+  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
+                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
+ WHERE j.project_id = %(project_id)s AND j.finished_at IS NULL AND j.queue_at IS NULL
+ ORDER BY j.created_at, j.job_id;
+
 -- name: change_mark
 -- Moves on every write to the project's jobs or status entries (the web's
 -- watchers read the jobs only then; a progress beat patches the job too): a

@@ -136,6 +136,15 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
  WHERE j.finished_at IS NULL
  ORDER BY j.created_at;
 
+-- name: live_unclaimable
+-- `live` without the jobs queued for a worker's claim (queue_at set): what a
+-- reaper reads, since any worker will claim those (a backlog is not read).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE j.finished_at IS NULL AND s.queue_at IS NULL
+ ORDER BY j.created_at;
+
 -- name: change_mark
 -- Moves when another connection commits (the web's watchers read the jobs
 -- only then); reads no table.
