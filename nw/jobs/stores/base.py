@@ -25,13 +25,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from au import ComputationResult, ComputationStatus, ComputationStore
-from dol.base import KvPersister
 
 from nw.jobs.limits import Limit, NotYet
 from nw.jobs.records import JobRow
+
+if TYPE_CHECKING:
+    from nw.jobs.stores.index_view import IndexView
 
 #: How many bounds the duration histogram's statement takes (``durations``).
 DURATION_BOUNDS = 10
@@ -327,34 +329,9 @@ class JobStore(ABC):
 
     @property
     def index(self) -> IndexView:
+        from nw.jobs.stores.index_view import IndexView  # dol is imported when used
+
         return IndexView(self)
-
-
-class IndexView(KvPersister):
-    """The index as a dol mapping: job id -> record dict (newest first)."""
-
-    def __init__(self, store: JobStore):
-        self._store = store
-
-    def __getitem__(self, job_id: str) -> dict[str, Any]:
-        row = self._store.get(job_id)
-        if row is None:
-            raise KeyError(job_id)
-        return row.record
-
-    def __setitem__(self, job_id: str, record: Mapping[str, Any]) -> None:
-        self._store.put_record({**record, "job_id": job_id})
-
-    def __delitem__(self, job_id: str) -> None:
-        if self._store.get(job_id) is None:
-            raise KeyError(job_id)
-        self._store.delete(job_id)
-
-    def __iter__(self) -> Iterator[str]:
-        return self._store.iter_ids()
-
-    def __contains__(self, job_id: object) -> bool:
-        return isinstance(job_id, str) and self._store.get(job_id) is not None
 
 
 class StatusView(ComputationStore):
