@@ -361,3 +361,17 @@ def test_a_database_missing_a_migration_below_its_highest_is_behind(fresh_db):
         PostgresJobStore(fresh_db, "p1")
     assert migrate(fresh_db) == ["0002_limits.sql"]
     PostgresJobStore(fresh_db, "p1")
+
+
+def test_every_pooled_connection_walks_indexes_and_never_compiles(pg_url):
+    # The session settings every query of the store is planned under
+    # (pg_pool._configure): sent once per connection, in one round trip.
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    store = PostgresJobStore(pg_url, f"settings-{uuid.uuid4().hex[:6]}")
+    with store.db.pool.connection() as conn:
+        shown = [
+            conn.execute(f"SHOW {name}").fetchone()
+            for name in ("enable_bitmapscan", "enable_sort", "jit")
+        ]
+    assert [next(iter(row.values())) for row in shown] == ["off", "off", "off"]

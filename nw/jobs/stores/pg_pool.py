@@ -88,9 +88,12 @@ def _configure(conn: psycopg.Connection) -> None:
     the penalties would push their cost past ``jit_above_cost`` (a 350 ms
     compile per claim).
     """
-    conn.execute("SET enable_bitmapscan = off")
-    conn.execute("SET enable_sort = off")
-    conn.execute("SET jit = off")  # the penalties above would otherwise cross jit_above_cost
+    conn.execute(SESSION_SETTINGS)
+
+
+#: One string, so one round trip (a query without parameters goes by the
+#: simple protocol, which takes several statements).
+SESSION_SETTINGS = "SET enable_bitmapscan = off; SET enable_sort = off; SET jit = off"
 
 
 def close_pools() -> None:
