@@ -12,6 +12,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from nw.jobs import liveness
 from nw.jobs.liveness import WorkerSeen
@@ -25,7 +27,9 @@ log = logging.getLogger("nw.jobs")
 class Reaper:
     """Keeps one store reaped: every worker process and ``nw-jobs serve`` run one.
 
-    ``tick`` is cheap when nothing died: one read of the runners table. Only
+    ``tick`` is cheap when nothing died: one read of the runners table (in a
+    worker, the read its own beat made: ``RunnersRead``, no statement of its
+    own). Only
     when a worker is newly dead (silent past ``worker_stale_s``, or provably
     gone) does it scan the unfinished jobs for that worker's; a full scan
     runs every ``heartbeat_interval_s`` for jobs no announced worker holds.
@@ -43,22 +47,22 @@ class Reaper:
         self._ok_since: float | None = None  # monotonic: the store answered since then
         self._last_read: float | None = None  # monotonic: when the last read returned
         self._last_full = float("-inf")
+        self._lock = threading.Lock()  # a worker ticks from its beat thread and at boot
 
-    def tick(self, *, full: bool = False) -> list[str]:
-        """One pass; the ids it reaped (requeued or closed)."""
-        try:
-            reaped = self._tick(full)
-        except Exception:
-            self._ok_since = None
-            raise
-        return reaped
+    def tick(self, *, full: bool = False, read: RunnersRead | None = None) -> list[str]:
+        """One pass; the ids it reaped (requeued or closed). ``read``: the
+        runners as a beat just read them (else this pass reads them)."""
+        with self._lock:
+            try:
+                return self._tick(full, read or RunnersRead.of(self.store, self.config))
+            except Exception:
+                self._ok_since = None
+                raise
 
-    def _tick(self, full: bool) -> list[str]:
-        config, now = self.config, self.config.clock()
-        asked = time.monotonic()
-        workers = workers_seen(self.store)
-        mono = time.monotonic()
-        slow = mono - asked > config.worker_beat_interval_s  # it waited out an outage
+    def _tick(self, full: bool, read: RunnersRead) -> list[str]:
+        config, now, mono = self.config, read.now, read.answered
+        workers = workers_seen(self.store, read.rows)
+        slow = mono - read.asked > config.worker_beat_interval_s  # it waited out an outage
         late = self._last_read is None or mono - self._last_read > config.worker_stale_s / 2
         if self._ok_since is None or slow or late:
             self._ok_since = mono
@@ -88,6 +92,31 @@ class Reaper:
             if workers[rid].gone:
                 self.store.unregister_runner(rid)
         return reaped
+
+
+@dataclass(frozen=True)
+class RunnersRead:
+    """One read of the runners table and when it happened: ``asked`` and
+    ``answered`` on the monotonic clock (a slow read waited out an outage),
+    ``now`` on the store's clock when it was asked (the time it is judged at)."""
+
+    rows: list[dict[str, Any]]
+    asked: float
+    answered: float
+    now: float
+
+    @classmethod
+    def of(cls, store: JobStore, config: JobsConfig) -> RunnersRead:
+        return cls.timed(lambda _now: store.runners(), config)
+
+    @classmethod
+    def timed(
+        cls, read: Callable[[float], list[dict[str, Any]]], config: JobsConfig
+    ) -> RunnersRead:
+        """``read(now)``, timed."""
+        now, asked = config.clock(), time.monotonic()
+        rows = read(now)
+        return cls(rows, asked, time.monotonic(), now)
 
 
 class ReaperThread:

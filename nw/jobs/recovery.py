@@ -75,11 +75,12 @@ def owned_queued(row: JobRow) -> bool:
 Workers = dict[str, WorkerSeen]
 
 
-def workers_seen(store: JobStore) -> Workers:
+def workers_seen(store: JobStore, rows: list[dict[str, Any]] | None = None) -> Workers:
     """Every announced worker process: its last beat, the freshest beat of the
     others, and whether this host can prove it gone (one read of the small
-    runners table)."""
-    rows = store.runners()
+    runners table, unless ``rows`` of it were just read)."""
+    if rows is None:
+        rows = store.runners()
     beats = sorted((float(r["beat_at"]), r["runner_id"]) for r in rows)
 
     def others_at(runner_id: str) -> float:  # the freshest beat that is not its own

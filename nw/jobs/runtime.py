@@ -4,7 +4,8 @@ Bodies run on ``PooledThreadBackend``, an au ``ThreadBackend`` whose threads
 come from a pool of ``max_concurrent``: jobs beyond the cap wait queued
 instead of each getting a thread. One heartbeat thread per runtime stamps
 the process's own beat every ``worker_beat_interval_s`` (one small write: the
-runners row) and, every ``heartbeat_interval_s``, every held job in one
+runners row; in a worker, the same statement reads every runner for the reaper,
+which the thread then ticks) and, every ``heartbeat_interval_s``, every held job in one
 coalesced write, learning of cancels requested by other processes. Runtimes
 are made on first need by the write paths (``enqueue``, the worker); the read
 paths never make one.
@@ -37,6 +38,7 @@ from nw.jobs.body import Launch, run_attempt
 from nw.jobs.learning import DurationLearningMiddleware
 from nw.jobs.limits import NotYet
 from nw.jobs.model import RUNNER_INPROC, JobsConfig
+from nw.jobs.reaper import RunnersRead
 from nw.jobs.records import JobRow
 from nw.jobs.stores.base import JobStore
 
@@ -131,6 +133,8 @@ class Runtime:
         self.config = config
         self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._on_release = on_release
+        self.on_beat: Callable[[RunnersRead | None], None] | None = None
+        """Called on the beat thread after each beat (a worker ticks its reaper)."""
         self.learning = DurationLearningMiddleware(record=self._learn, config=config)
         self.backend = PooledThreadBackend(
             store.status,
@@ -302,9 +306,15 @@ class Runtime:
             self.store.request_cancel(job_id, now=now)
             launch.cancel.set()
 
-    def beat_worker(self) -> None:
-        """The process's own beat: alive, whatever it holds (the runners row)."""
-        self.store.beat([], now=self.config.clock(), runner_id=self.runner_id)
+    def beat_worker(self, *, read_runners: bool = False) -> RunnersRead | None:
+        """The process's own beat: alive, whatever it holds (the runners row).
+        ``read_runners`` (for a worker's reaper): the same statement reads every
+        runner, and that read is returned."""
+        if not read_runners:
+            self.store.beat([], now=self.config.clock(), runner_id=self.runner_id)
+            return None
+        beat = lambda now: self.store.beat_runner(self.runner_id, now=now)  # noqa: E731
+        return RunnersRead.timed(beat, self.config)
 
     def _beat_loop(self) -> None:
         # Two cadences on one thread: the process beat often (cheap, one row) so a
@@ -312,17 +322,20 @@ class Runtime:
         tick = min(self.config.worker_beat_interval_s, self.config.heartbeat_interval_s)
         last_jobs, failing = time.monotonic(), False
         while not self._stop.is_set():
+            on_beat, read = self.on_beat, None  # one value per round: it is set after start
             try:
                 if time.monotonic() - last_jobs >= self.config.heartbeat_interval_s:
                     last_jobs = time.monotonic()
                     self.beat_once()
                 else:
-                    self.beat_worker()
+                    read = self.beat_worker(read_runners=on_beat is not None)
                 failing = False
             except Exception:
                 if not failing:  # once per outage, not once a second
                     log.exception("heartbeat failed")
                 failing = True
+            if on_beat is not None and not failing:
+                on_beat(read)  # None: the reaper reads the runners itself
             self._stop.wait(tick)
 
     def close(self, *, wait: bool = True) -> None:

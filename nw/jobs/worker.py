@@ -6,10 +6,11 @@ One loop per process: claim as many due jobs as there are free slots (in claim
 order, within limits, atomically, so N workers never run one job twice), run them on the
 project's bounded pool, and claim again at once while there is a backlog.
 Idle, it sleeps on its wake address (enqueue sends it a datagram, or a
-PostgreSQL NOTIFY) with a slow poll as the fallback. At boot, and then every
-``worker_beat_interval_s``, a ``reaper.Reaper`` per project reaps the jobs of
-workers that died (silent past ``worker_stale_s`` while others beat, or
-provably gone), with the same predicate the facade uses. SIGTERM/SIGINT: stop
+PostgreSQL NOTIFY) with a slow poll as the fallback. At boot, and then at
+every beat (``worker_beat_interval_s``, on the beat thread, judging the
+runners its beat statement read), a ``reaper.Reaper`` per project reaps the
+jobs of workers that died (silent past ``worker_stale_s`` while others beat,
+or provably gone), with the same predicate the facade uses. SIGTERM/SIGINT: stop
 claiming, ask running bodies to stop at their next boundary (their jobs go
 back to the queue), wait up to ``shutdown_grace_s``, then put back whatever is
 still running and exit.
@@ -42,7 +43,7 @@ from nw.errors import InvalidSetting, JobStoreError, NwJobsError
 from nw.jobs import credentials, kinds, outcome
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
-from nw.jobs.reaper import Reaper
+from nw.jobs.reaper import Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
@@ -114,7 +115,9 @@ class Worker:
                 on_release=self._released,
             )
             self.runtimes.append(rt)
-            self.reapers.append(Reaper(store, config, rt.holds))
+            reaper = Reaper(store, config, rt.holds)
+            self.reapers.append(reaper)
+            rt.on_beat = lambda read, reaper=reaper: self._reap(reaper, read=read)
             store.refill = Refill(
                 kinds=self.kinds,
                 runner_id=self.runner_id,
@@ -187,14 +190,19 @@ class Worker:
         return sum(rt.busy for rt in self.runtimes)
 
     # ----- the loop --------------------------------------------------------------
-    def recover(self, *, full: bool = False) -> list[str]:
-        """Reap what dead workers left running (a full pass at boot, then a cheap tick)."""
-        reaped = []
-        for reaper in self.reapers:
-            try:
-                reaped += reaper.tick(full=full)
-            except Exception:
-                log.exception("reaping %s failed", reaper.store)
+    def recover(self) -> list[str]:
+        """Reap what dead workers left running: a full pass of every project (at
+        boot; from then on each beat ticks its project's reaper, ``_reap``)."""
+        return [job_id for reaper in self.reapers for job_id in self._reap(reaper, full=True)]
+
+    def _reap(
+        self, reaper: Reaper, *, full: bool = False, read: RunnersRead | None = None
+    ) -> list[str]:
+        try:
+            reaped = reaper.tick(full=full, read=read)
+        except Exception:
+            log.exception("reaping %s failed", reaper.store)
+            return []
         if reaped:
             log.warning("recovered %d job(s) whose worker was gone", len(reaped))
         return reaped
@@ -302,7 +310,7 @@ class Worker:
 
     def run(self) -> int:
         """Serve until ``stopping`` is set; returns the process exit code."""
-        last_reap = None  # the boot reap comes right after the first claim, not before it
+        booted = False  # the boot reap comes right after the first claim, not before it
         log.info(
             "worker %s serving %d project(s), kinds: %s",
             self.runner_id,
@@ -323,11 +331,8 @@ class Worker:
                     continue  # a full batch and room left: more may be queued
             elif self._backlog:
                 wait = CLAIM_BATCH_S  # more is queued: let a few slots free up, then claim
-            if last_reap is None:  # bodies already run meanwhile: a backlog is not held up
-                last_reap = time.monotonic()
-                self.recover(full=True)
-            elif time.monotonic() - last_reap >= self.config.worker_beat_interval_s:
-                last_reap = time.monotonic()
+            if not booted:  # bodies already run meanwhile: a backlog is not held up
+                booted = True
                 self.recover()
             self._listener.wait(wait)
         return self._drain()

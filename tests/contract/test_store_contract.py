@@ -658,6 +658,20 @@ def test_runners_register_and_unregister(store):
     assert [r["runner_id"] for r in store.runners()] == ["w2"]
 
 
+def test_beat_runner_stamps_the_runner_and_reads_every_runner(store):
+    # Given two announced runners
+    store.register_runner("w1", {"role": "worker", "host": "h1"}, now=T0)
+    store.register_runner("w2", {"role": "worker", "host": "h2"}, now=T0 + 1)
+    # When w1 beats and reads, in one call
+    got = {r["runner_id"]: r for r in store.beat_runner("w1", now=T0 + 7)}
+    # Then it reads both, its own beat as written and the other's as stored
+    assert set(got) == {"w1", "w2"}
+    assert got["w1"]["beat_at"] == T0 + 7 and got["w1"]["host"] == "h1"
+    assert got["w2"]["beat_at"] == T0 + 1 and got["w2"]["started_at"] == T0 + 1
+    # and what it read is what a plain read sees afterwards
+    assert sorted(store.runners(), key=lambda r: r["runner_id"]) == [got["w1"], got["w2"]]
+
+
 def test_spend_sums_finished_actuals_and_live_estimates(store):
     assert store.spend() == {
         "actual_usd": 0.0,
@@ -802,6 +816,8 @@ def test_a_read_only_handle_refuses_writes(store, reader):
         reader.create(record(), claimable=True)
     with pytest.raises(JobStoreError):
         reader.patch(a, {"x": 1}, attempt=None)
+    with pytest.raises(JobStoreError):
+        reader.beat_runner("w", now=T0)
     reader.close()
 
 

@@ -11,7 +11,10 @@ import pytest
 from nw import jobs
 from nw.jobs.body import Launch
 from nw.jobs.outcome import Ended, Ending, RetryPolicy, decide
+from nw.jobs.reaper import RunnersRead
+from nw.jobs.stores import open_store
 from nw.jobs.worker import Worker
+from tests.helpers import wait_until
 
 KIND = "u.worker"
 
@@ -21,12 +24,42 @@ def worker(project, cfg, clock):
     jobs.register_kind(KIND, "tests.fixtures.bodies:noop", retryable=True, max_attempts=2)
     w = Worker([project], config=dataclasses.replace(cfg, clock=clock), kinds_=[KIND])
     yield w
+    _close(w)
+
+
+def _close(w: Worker) -> None:
     w.stopping.set()
     for rt in w.runtimes:
         rt.close(wait=False)
     with contextlib.suppress(OSError):  # a test that drained it closed these already
         w._listener.close()
         w._poker.close()
+
+
+def test_each_beat_is_the_reapers_read_of_the_runners(project, cfg, clock, monkeypatch):
+    # Given a job claimed by a worker that then fell silent, long ago
+    jobs.register_kind(KIND, "tests.fixtures.bodies:noop", retryable=True, max_attempts=2)
+    job = jobs.enqueue(project, KIND, {"i": 1}, config=dataclasses.replace(cfg, clock=clock))
+    store = open_store(project, cfg, create=True)
+    store.register_runner("w-silent", {"role": "worker"}, now=clock.now)
+    assert store.claim([KIND], now=clock.now, runner_id="w-silent", limit=1)
+    clock.advance(100.0)
+    # When a worker that beats every 20 ms serves the project, its loop never run
+    # (job heartbeats ten minutes apart: only the silent worker's beat can tell)
+    fast = {"worker_beat_interval_s": 0.02, "worker_stale_s": 0.2}
+    fast |= {"heartbeat_interval_s": 600.0, "heartbeat_stale_s": 1200.0}
+    w = Worker([project], config=dataclasses.replace(cfg, clock=clock, **fast), kinds_=[KIND])
+    try:
+        reads = []  # the reaper may not read the runners on its own
+        monkeypatch.setattr(RunnersRead, "of", classmethod(lambda *a: reads.append(a)))
+        # Then its beats alone find the silent worker and put the job back
+        back = wait_until(
+            lambda: (r := store.get(job.job_id)).status.value == "queued" and r,
+            what="the silent worker's job reaped by the other's beats",
+        )
+    finally:
+        _close(w)
+    assert back.record["attempt"] == 1 and not reads
 
 
 def test_a_body_still_running_after_the_grace_goes_back_without_spending_an_attempt(

@@ -260,6 +260,12 @@ class JobStore(ABC):
         """Every announced runner with its last beat."""
 
     @abstractmethod
+    def beat_runner(self, runner_id: str, *, now: float) -> list[dict[str, Any]]:
+        """A runner's own beat and then ``runners()``, in one round trip: what a
+        worker's reaper judges, read by the beat the worker makes anyway. The
+        runner's own row says ``now``."""
+
+    @abstractmethod
     def spend(self, *, actor_id: str | None = None, since: float | None = None) -> dict[str, Any]:
         """Committed spend in one query (of one actor's jobs created at or after
         ``since`` when ``actor_id`` is given): ``actual_usd`` (sum over finished jobs),

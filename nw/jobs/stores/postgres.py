@@ -805,14 +805,14 @@ class PostgresJobStore(JobStore):
         self._exec("unregister_runner", {"runner_id": runner_id})
 
     def runners(self) -> list[dict[str, Any]]:
+        return [_runner(r) for r in self._read("runners", {})]
+
+    def beat_runner(self, runner_id: str, *, now: float) -> list[dict[str, Any]]:
+        rows = self._exec("beat_runner", {"runner_id": runner_id, "now": now}, _fetchall)
+        # The statement reads the runners as they were before its own update.
         return [
-            {
-                **r["info"],
-                "runner_id": r["runner_id"],
-                "started_at": r["started_at"],
-                "beat_at": r["beat_at"],
-            }
-            for r in self._read("runners", {})
+            {**_runner(r), **({"beat_at": now} if r["runner_id"] == runner_id else {})}
+            for r in rows
         ]
 
     def spend(self, *, actor_id: str | None = None, since: float | None = None) -> dict[str, Any]:
@@ -930,6 +930,19 @@ def _aware(when: datetime | None) -> datetime | None:
     if when is None or when.tzinfo is not None:
         return when
     return when.astimezone(UTC)  # a naive datetime means local time
+
+
+def _runner(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **r["info"],
+        "runner_id": r["runner_id"],
+        "started_at": r["started_at"],
+        "beat_at": r["beat_at"],
+    }
+
+
+def _fetchall(cur: psycopg.Cursor) -> list[Any]:
+    return cur.fetchall()
 
 
 def open_postgres_store(

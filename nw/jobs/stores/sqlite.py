@@ -77,6 +77,15 @@ def _dumps(value: Any) -> str:
     return stored_json(value)
 
 
+def _runner(r: sqlite3.Row) -> dict[str, Any]:
+    return {
+        **json.loads(r["info"]),
+        "runner_id": r["runner_id"],
+        "started_at": r["started_at"],
+        "beat_at": r["beat_at"],
+    }
+
+
 def _use_wal(conn: sqlite3.Connection, *, within_s: float = 30.0) -> None:
     """Switch a new file to WAL (it stays so). Two processes creating one file at
     once can get SQLITE_BUSY here without the busy handler ever being called
@@ -677,15 +686,13 @@ class SqliteJobStore(JobStore):
     def runners(self) -> list[dict[str, Any]]:
         with self._cursor() as c:
             rows = c.execute(Q["runners"]).fetchall()
-        return [
-            {
-                **json.loads(r["info"]),
-                "runner_id": r["runner_id"],
-                "started_at": r["started_at"],
-                "beat_at": r["beat_at"],
-            }
-            for r in rows
-        ]
+        return [_runner(r) for r in rows]
+
+    def beat_runner(self, runner_id: str, *, now: float) -> list[dict[str, Any]]:
+        with self._cursor(write=True) as c:
+            c.execute(Q["beat_runner"], {"now": now, "runner_id": runner_id})
+            rows = c.execute(Q["runners"]).fetchall()
+        return [_runner(r) for r in rows]
 
     def spend(self, *, actor_id: str | None = None, since: float | None = None) -> dict[str, Any]:
         with self._cursor() as c:

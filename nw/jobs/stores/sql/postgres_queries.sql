@@ -1027,6 +1027,18 @@ SELECT runner_id, info, started_at, beat_at FROM nw_jobs.runners
  WHERE project_id = %(project_id)s
  ORDER BY started_at, runner_id;
 
+-- name: beat_runner
+-- A runner's own beat and every runner of the project, in one round trip (a
+-- worker's reaper judges what its beat read). The SELECT sees the runners as
+-- they were before this statement's update: the caller stamps its own row.
+WITH rb AS (
+  UPDATE nw_jobs.runners SET beat_at = %(now)s
+   WHERE project_id = %(project_id)s AND runner_id = %(runner_id)s
+)
+SELECT runner_id, info, started_at, beat_at FROM nw_jobs.runners
+ WHERE project_id = %(project_id)s
+ ORDER BY started_at, runner_id;
+
 -- name: notify
 -- Wake the project's idle workers (they LISTEN on %(channel)s).
 SELECT pg_notify(%(channel)s, '');
