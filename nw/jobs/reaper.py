@@ -1,8 +1,10 @@
 """Keeping a store reaped: the loop every worker process and ``nw-jobs serve`` run.
 
 A dead worker's jobs must not wait for someone to read them: each worker
-ticks a ``Reaper`` per project between claims, and the web server runs
-``ReaperThread`` over the projects it serves. The decision is the one
+ticks a ``Reaper`` per project after each of its beats, on a thread of its
+own (``BeatReaping``: a long reap must never hold up the worker's own beat,
+by which the others judge it), and the web server runs ``ReaperThread`` over
+the projects it serves. The decision is the one
 liveness predicate (via ``recovery``); the writes are ``recovery.reap``.
 """
 
@@ -47,7 +49,13 @@ class Reaper:
         self._ok_since: float | None = None  # monotonic: the store answered since then
         self._last_read: float | None = None  # monotonic: when the last read returned
         self._last_full = float("-inf")
-        self._lock = threading.Lock()  # a worker ticks from its beat thread and at boot
+        self._unreachable = False  # a beat failed since the last tick
+        self._lock = threading.Lock()  # a worker ticks at boot and on its reaping thread
+
+    def unreachable(self) -> None:
+        """The store failed a beat: silence counts again only after the reads
+        have been prompt for ``worker_stale_s`` (never blocks: a flag)."""
+        self._unreachable = True
 
     def tick(self, *, full: bool = False, read: RunnersRead | None = None) -> list[str]:
         """One pass; the ids it reaped (requeued or closed). ``read``: the
@@ -64,7 +72,8 @@ class Reaper:
         workers = workers_seen(self.store, read.rows)
         slow = mono - read.asked > config.worker_beat_interval_s  # it waited out an outage
         late = self._last_read is None or mono - self._last_read > config.worker_stale_s / 2
-        if self._ok_since is None or slow or late:
+        failed, self._unreachable = self._unreachable, False
+        if self._ok_since is None or slow or late or failed:
             self._ok_since = mono
         self._last_read = mono
         trusted = mono - self._ok_since >= config.worker_stale_s
@@ -117,6 +126,43 @@ class RunnersRead:
         now, asked = config.clock(), time.monotonic()
         rows = read(now)
         return cls(rows, asked, time.monotonic(), now)
+
+
+class BeatReaping:
+    """A worker's reaping, fed by its beats. The beat thread ``offer``s each
+    read (or None: the reaper reads for itself) and goes straight on beating;
+    this thread ticks each reaper with the newest read it was offered. A reap
+    can take seconds (a dead worker's jobs, a store in retries): done on the
+    beat thread it would silence this worker, and the others would reap it."""
+
+    def __init__(self, tick: Callable[[Reaper, RunnersRead | None], object]):
+        self._tick = tick
+        self._offered: dict[Reaper, RunnersRead | None] = {}
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="nw-reaper", daemon=True)
+        self._thread.start()
+
+    def offer(self, reaper: Reaper, read: RunnersRead | None) -> None:
+        with self._cond:
+            self._offered[reaper] = read  # a newer read replaces one not yet judged
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._offered or self._stop)
+                if self._stop:
+                    return
+                offered, self._offered = self._offered, {}
+            for reaper, read in offered.items():
+                self._tick(reaper, read)
+
+    def close(self, timeout: float = 1.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout)
 
 
 class ReaperThread:

@@ -4,11 +4,11 @@ Bodies run on ``PooledThreadBackend``, an au ``ThreadBackend`` whose threads
 come from a pool of ``max_concurrent``: jobs beyond the cap wait queued
 instead of each getting a thread. One heartbeat thread per runtime stamps
 the process's own beat every ``worker_beat_interval_s`` (one small write: the
-runners row; in a worker, the same statement reads every runner for the reaper,
-which the thread then ticks) and, every ``heartbeat_interval_s``, every held job in one
-coalesced write, learning of cancels requested by other processes. Runtimes
-are made on first need by the write paths (``enqueue``, the worker); the read
-paths never make one.
+runners row; in a worker, the same statement reads every runner, for the
+reaper that a thread of its own ticks with it) and, every
+``heartbeat_interval_s``, every held job in one coalesced write, learning of
+cancels requested by other processes. Runtimes are made on first need by the
+write paths (``enqueue``, the worker); the read paths never make one.
 """
 
 from __future__ import annotations
@@ -133,8 +133,9 @@ class Runtime:
         self.config = config
         self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._on_release = on_release
-        self.on_beat: Callable[[RunnersRead | None], None] | None = None
-        """Called on the beat thread after each beat (a worker ticks its reaper)."""
+        self.on_beat: Callable[[RunnersRead | bool | None], None] | None = None
+        """Called on the beat thread after each beat, with the runners it read
+        (None: it read none; False: the beat failed). A worker feeds its reaper."""
         self.learning = DurationLearningMiddleware(record=self._learn, config=config)
         self.backend = PooledThreadBackend(
             store.status,
@@ -334,8 +335,11 @@ class Runtime:
                 if not failing:  # once per outage, not once a second
                     log.exception("heartbeat failed")
                 failing = True
-            if on_beat is not None and not failing:
-                on_beat(read)  # None: the reaper reads the runners itself
+            if on_beat is not None and not self._stop.is_set():
+                try:  # None: the reaper reads the runners itself; False: the beat failed
+                    on_beat(False if failing else read)
+                except Exception:
+                    log.exception("the beat's listener failed")
             self._stop.wait(tick)
 
     def close(self, *, wait: bool = True) -> None:

@@ -6,10 +6,10 @@ One loop per process: claim as many due jobs as there are free slots (in claim
 order, within limits, atomically, so N workers never run one job twice), run them on the
 project's bounded pool, and claim again at once while there is a backlog.
 Idle, it sleeps on its wake address (enqueue sends it a datagram, or a
-PostgreSQL NOTIFY) with a slow poll as the fallback. At boot, and then at
-every beat (``worker_beat_interval_s``, on the beat thread, judging the
-runners its beat statement read), a ``reaper.Reaper`` per project reaps the
-jobs of workers that died (silent past ``worker_stale_s`` while others beat,
+PostgreSQL NOTIFY) with a slow poll as the fallback. At boot, and then after
+every beat (``worker_beat_interval_s``; a reaping thread judges the runners
+the beat statement read), a ``reaper.Reaper`` per project reaps the jobs of
+workers that died (silent past ``worker_stale_s`` while others beat,
 or provably gone), with the same predicate the facade uses. SIGTERM/SIGINT: stop
 claiming, ask running bodies to stop at their next boundary (their jobs go
 back to the queue), wait up to ``shutdown_grace_s``, then put back whatever is
@@ -43,7 +43,7 @@ from nw.errors import InvalidSetting, JobStoreError, NwJobsError
 from nw.jobs import credentials, kinds, outcome
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
-from nw.jobs.reaper import Reaper, RunnersRead
+from nw.jobs.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
@@ -100,6 +100,7 @@ class Worker:
         self._count_lock = threading.Lock()
         """Jobs whose body stopped for the shutdown and went back to the queue."""
         self._listener = None
+        self._reaping = BeatReaping(lambda reaper, read: self._reap(reaper, read=read))
         for project in self.projects:
             store = open_store(project, config, create=True)
             if self._listener is None:
@@ -117,7 +118,7 @@ class Worker:
             self.runtimes.append(rt)
             reaper = Reaper(store, config, rt.holds)
             self.reapers.append(reaper)
-            rt.on_beat = lambda read, reaper=reaper: self._reap(reaper, read=read)
+            rt.on_beat = lambda read, reaper=reaper: self._beaten(reaper, read)
             store.refill = Refill(
                 kinds=self.kinds,
                 runner_id=self.runner_id,
@@ -190,9 +191,17 @@ class Worker:
         return sum(rt.busy for rt in self.runtimes)
 
     # ----- the loop --------------------------------------------------------------
+    def _beaten(self, reaper: Reaper, read: RunnersRead | bool | None) -> None:
+        """A beat of the project's runtime (the beat thread): its reaper judges
+        what it read on the reaping thread, or learns that the store failed it."""
+        if read is False:
+            reaper.unreachable()
+        else:
+            self._reaping.offer(reaper, read or None)
+
     def recover(self) -> list[str]:
         """Reap what dead workers left running: a full pass of every project (at
-        boot; from then on each beat ticks its project's reaper, ``_reap``)."""
+        boot; from then on each beat feeds its project's reaper, ``_beaten``)."""
         return [job_id for reaper in self.reapers for job_id in self._reap(reaper, full=True)]
 
     def _reap(
@@ -338,6 +347,7 @@ class Worker:
         return self._drain()
 
     def _drain(self) -> int:
+        self._reaping.close()
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for rt in self.runtimes:
             rt.wait_idle(timeout=max(deadline - time.monotonic(), 0.0))
@@ -485,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(NO_KINDS, file=sys.stderr)
         for rt in worker.runtimes:  # nothing ran: unregister and go
             rt.close(wait=False)
+        worker._reaping.close()
         worker._listener.close()
         return 2
     signal.signal(signal.SIGTERM, worker.stop)

@@ -365,13 +365,24 @@ def test_a_database_missing_a_migration_below_its_highest_is_behind(fresh_db):
 
 def test_every_pooled_connection_walks_indexes_and_never_compiles(pg_url):
     # The session settings every query of the store is planned under
-    # (pg_pool._configure): sent once per connection, in one round trip.
+    # (pg_pool._configure): on every pooled connection, sent in one round trip.
+    from nw.jobs.stores import pg_pool
     from nw.jobs.stores.postgres import PostgresJobStore
 
+    names = ("enable_bitmapscan", "enable_sort", "jit")
     store = PostgresJobStore(pg_url, f"settings-{uuid.uuid4().hex[:6]}")
     with store.db.pool.connection() as conn:
-        shown = [
-            conn.execute(f"SHOW {name}").fetchone()
-            for name in ("enable_bitmapscan", "enable_sort", "jit")
-        ]
+        shown = [conn.execute(f"SHOW {name}").fetchone() for name in names]
     assert [next(iter(row.values())) for row in shown] == ["off", "off", "off"]
+
+    sent = []
+
+    class Recording:
+        def execute(self, query, *args):
+            sent.append(query)
+            return conn.execute(query, *args)
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        pg_pool._configure(Recording())
+        assert len(sent) == 1  # one statement string: one round trip
+        assert [conn.execute(f"SHOW {name}").fetchone()[0] for name in names] == ["off"] * 3

@@ -6,8 +6,9 @@ import pytest
 
 from nw.jobs import recovery
 from nw.jobs.model import JobsConfig
+from nw.jobs.reaper import Reaper, RunnersRead
 from nw.jobs.records import attempt_in_run
-from tests.unit.conftest import a_record
+from tests.unit.conftest import T0, a_record
 
 ID = "c" * 64
 
@@ -121,3 +122,37 @@ def test_a_job_queued_in_process_by_a_process_that_is_gone_is_closed(store, cloc
     assert got.status.value == "failed"
     assert got.record["error"].startswith("worker lost before it started")
     assert got.record["finished_at"] == clock.now - 65  # its owner's last beat
+
+
+# ----- a worker's reaper, fed the reads its beats made ------------------------------
+
+
+def _read(clock, mono: float) -> RunnersRead:
+    """The runners as a beat at ``mono`` (monotonic seconds) read them: w1, its
+    job's worker, silent since the start; w2, the reader, beating now."""
+    rows = [
+        {"runner_id": "w1", "role": "worker", "started_at": T0, "beat_at": T0},
+        {"runner_id": "w2", "role": "worker", "started_at": T0, "beat_at": clock.now},
+    ]
+    return RunnersRead(rows, asked=mono - 0.01, answered=mono, now=clock.now)
+
+
+@pytest.mark.parametrize("outage", [False, True])
+def test_a_failed_beat_makes_the_reaper_wait_before_it_judges_silence(
+    store, clock, claimed, outage
+):
+    # Given a job whose worker went silent long ago (job heartbeats an hour
+    # apart: only the worker's silence can tell), judged by another's reaper
+    config = JobsConfig(clock=clock, heartbeat_interval_s=3600, heartbeat_stale_s=7200)
+    reaper = Reaper(store, config, nobody)
+    claimed(ID)
+    clock.advance(100)
+    reaped = []
+    for mono in range(8):  # prompt reads, one a second, for longer than worker_stale_s
+        if outage and mono == 5:
+            reaper.unreachable()  # a beat failed: the store was out of reach
+        reaped += reaper.tick(read=_read(clock, float(mono)))
+        clock.advance(1)
+    # Then the silence counts only after worker_stale_s of reads since the last failure
+    assert reaped == ([] if outage else [ID])
+    assert store.get(ID).status.value == ("running" if outage else "failed")  # not retryable

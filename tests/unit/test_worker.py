@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 
 import pytest
 
 from nw import jobs
 from nw.jobs.body import Launch
 from nw.jobs.outcome import Ended, Ending, RetryPolicy, decide
-from nw.jobs.reaper import RunnersRead
+from nw.jobs.reaper import Reaper, RunnersRead
 from nw.jobs.stores import open_store
 from nw.jobs.worker import Worker
 from tests.helpers import wait_until
@@ -31,9 +32,44 @@ def _close(w: Worker) -> None:
     w.stopping.set()
     for rt in w.runtimes:
         rt.close(wait=False)
+    w._reaping.close()
     with contextlib.suppress(OSError):  # a test that drained it closed these already
         w._listener.close()
         w._poker.close()
+
+
+def test_a_reap_that_takes_long_never_holds_up_the_workers_own_beat(project, cfg, monkeypatch):
+    # Given a reap that lasts until the test ends (a dead worker's many jobs, a
+    # store in retries)
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(self, full, read):
+        entered.set()
+        release.wait(30)
+        return []
+
+    monkeypatch.setattr(Reaper, "_tick", stuck)
+    jobs.register_kind(KIND, "tests.fixtures.bodies:noop", retryable=True, max_attempts=2)
+    fast = {"worker_beat_interval_s": 0.02, "worker_stale_s": 0.2}
+    w = Worker([project], config=dataclasses.replace(cfg, **fast), kinds_=[KIND])
+    try:
+        (rt,) = w.runtimes
+        assert entered.wait(10), "a beat never fed the reaper"
+        # Then the worker goes on beating while its reaper is stuck: others
+        # judge it by that beat, and silence would get its jobs reaped
+        beats: set[float] = set()
+
+        def beat_at() -> float:
+            (me,) = [r for r in rt.store.runners() if r["runner_id"] == w.runner_id]
+            return me["beat_at"]
+
+        wait_until(
+            lambda: beats.add(beat_at()) or len(beats) >= 5,
+            what="five beats while a reap is stuck",
+        )
+    finally:
+        release.set()
+        _close(w)
 
 
 def test_each_beat_is_the_reapers_read_of_the_runners(project, cfg, clock, monkeypatch):
