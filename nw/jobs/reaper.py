@@ -49,32 +49,44 @@ class Reaper:
         self._ok_since: float | None = None  # monotonic: the store answered since then
         self._last_read: float | None = None  # monotonic: when the last read returned
         self._last_full = float("-inf")
-        self._unreachable = False  # a beat failed since the last tick
+        self._failed_at: float | None = None  # monotonic: a beat failed then
+        self._failed_lock = threading.Lock()  # never held for long (the beat thread takes it)
         self._lock = threading.Lock()  # a worker ticks at boot and on its reaping thread
 
-    def unreachable(self) -> None:
-        """The store failed a beat: silence counts again only after the reads
-        have been prompt for ``worker_stale_s`` (never blocks: a flag)."""
-        self._unreachable = True
+    def unreachable(self, at: float | None = None) -> None:
+        """The store failed a beat (at ``at``, monotonic; default now): silence
+        counts again only after the reads have been prompt for
+        ``worker_stale_s`` from then (never waits on a tick)."""
+        with self._failed_lock:
+            self._failed_at = time.monotonic() if at is None else at
 
-    def tick(self, *, full: bool = False, read: RunnersRead | None = None) -> list[str]:
+    def tick(
+        self, *, full: bool = False, read: RunnersRead | None = None, wait: bool = True
+    ) -> list[str]:
         """One pass; the ids it reaped (requeued or closed). ``read``: the
-        runners as a beat just read them (else this pass reads them)."""
-        with self._lock:
-            try:
-                return self._tick(full, read or RunnersRead.of(self.store, self.config))
-            except Exception:
-                self._ok_since = None
-                raise
+        runners as a beat just read them (else this pass reads them). Without
+        ``wait``, nothing is done while another thread is in a pass."""
+        if not self._lock.acquire(blocking=wait):
+            return []
+        try:
+            return self._tick(full, read or RunnersRead.of(self.store, self.config))
+        except Exception:
+            self._ok_since = None
+            raise
+        finally:
+            self._lock.release()
 
     def _tick(self, full: bool, read: RunnersRead) -> list[str]:
         config, now, mono = self.config, read.now, read.answered
         workers = workers_seen(self.store, read.rows)
         slow = mono - read.asked > config.worker_beat_interval_s  # it waited out an outage
         late = self._last_read is None or mono - self._last_read > config.worker_stale_s / 2
-        failed, self._unreachable = self._unreachable, False
-        if self._ok_since is None or slow or late or failed:
+        if self._ok_since is None or slow or late:
             self._ok_since = mono
+        with self._failed_lock:
+            failed_at, self._failed_at = self._failed_at, None
+        if failed_at is not None:  # prompt reads count from the failure on, whatever this read
+            self._ok_since = max(self._ok_since, failed_at)
         self._last_read = mono
         trusted = mono - self._ok_since >= config.worker_stale_s
         if not trusted:  # judge silence only once everyone had the time to beat again
@@ -156,7 +168,12 @@ class BeatReaping:
                     return
                 offered, self._offered = self._offered, {}
             for reaper, read in offered.items():
-                self._tick(reaper, read)
+                if self._stop:
+                    return
+                try:
+                    self._tick(reaper, read)
+                except Exception:  # the thread must outlive any one pass
+                    log.exception("reaping %s failed", reaper.store)
 
     def close(self, timeout: float = 1.0) -> None:
         with self._cond:

@@ -197,18 +197,29 @@ class Worker:
         if read is False:
             reaper.unreachable()
         else:
-            self._reaping.offer(reaper, read or None)
+            self._reaping.offer(reaper, read)
 
     def recover(self) -> list[str]:
-        """Reap what dead workers left running: a full pass of every project (at
-        boot; from then on each beat feeds its project's reaper, ``_beaten``)."""
-        return [job_id for reaper in self.reapers for job_id in self._reap(reaper, full=True)]
+        """Reap what dead workers left running: a full pass of every project at
+        boot (from then on each beat feeds its project's reaper, ``_beaten``).
+        A project whose reaper is already in a pass is left to it: its first
+        pass is a full one, and the loop must not wait behind it."""
+        return [
+            job_id
+            for reaper in self.reapers
+            for job_id in self._reap(reaper, full=True, wait=False)
+        ]
 
     def _reap(
-        self, reaper: Reaper, *, full: bool = False, read: RunnersRead | None = None
+        self,
+        reaper: Reaper,
+        *,
+        full: bool = False,
+        read: RunnersRead | None = None,
+        wait: bool = True,
     ) -> list[str]:
         try:
-            reaped = reaper.tick(full=full, read=read)
+            reaped = reaper.tick(full=full, read=read, wait=wait)
         except Exception:
             log.exception("reaping %s failed", reaper.store)
             return []

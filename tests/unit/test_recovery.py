@@ -150,7 +150,7 @@ def test_a_failed_beat_makes_the_reaper_wait_before_it_judges_silence(
     reaped = []
     for mono in range(8):  # prompt reads, one a second, for longer than worker_stale_s
         if outage and mono == 5:
-            reaper.unreachable()  # a beat failed: the store was out of reach
+            reaper.unreachable(at=mono - 0.5)  # a beat failed: the store was out of reach
         reaped += reaper.tick(read=_read(clock, float(mono)))
         clock.advance(1)
     # Then the silence counts only after worker_stale_s of reads since the last failure
