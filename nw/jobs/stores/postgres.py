@@ -808,7 +808,8 @@ class PostgresJobStore(JobStore):
         return [_runner(r) for r in self._read("runners", {})]
 
     def beat_runner(self, runner_id: str, *, now: float) -> list[dict[str, Any]]:
-        rows = self._exec("beat_runner", {"runner_id": runner_id, "now": now}, _fetchall)
+        args = {"runner_id": runner_id, "now": now}
+        rows = self._exec("beat_runner", args, lambda cur: cur.fetchall())
         # The statement reads the runners as they were before its own update.
         return [
             {**_runner(r), **({"beat_at": now} if r["runner_id"] == runner_id else {})}
@@ -939,10 +940,6 @@ def _runner(r: Mapping[str, Any]) -> dict[str, Any]:
         "started_at": r["started_at"],
         "beat_at": r["beat_at"],
     }
-
-
-def _fetchall(cur: psycopg.Cursor) -> list[Any]:
-    return cur.fetchall()
 
 
 def open_postgres_store(
