@@ -85,9 +85,10 @@ class Worker:
         self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._backlog = False
         self._last_claim = 0.0
-        self._asked = 0
         self._lock = threading.Lock()
         self._refilled: set[str] = set()
+        self._claiming = 0
+        """Slots asked for by refills in flight (claimed, not yet launched)."""
         self._loaded: dict[str, Callable] = {}
         self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._poker.setblocking(False)
@@ -123,7 +124,7 @@ class Worker:
                 kinds=self.kinds,
                 runner_id=self.runner_id,
                 want=self._refill_want,
-                take=lambda rows, rt=rt: self._take(rt, rows),
+                take=lambda rows, asked, rt=rt: self._take(rt, rows, asked),
                 clock=config.clock,
             )
 
@@ -166,14 +167,21 @@ class Worker:
         with self._lock:
             occupied = self.busy - len(self._refilled) - len(mine)
             self._refilled.update(mine)  # their release needs no claim of its own
-        self._asked = max(self.config.max_concurrent - occupied, 0)
-        return self._asked
+            asked = max(self.config.max_concurrent - occupied, 0)
+            self._claiming += asked  # taken until ``_take`` answers this claim
+        return asked
 
-    def _take(self, rt: Runtime, rows: list[JobRow]) -> None:
-        """Launch what a finish claimed in its slots (the finishing thread)."""
-        self._backlog = len(rows) >= self._asked  # fewer than asked: the queue is empty
-        for row in rows:
-            self._launch_safely(rt, row)
+    def _take(self, rt: Runtime, rows: list[JobRow] | None, asked: int) -> None:
+        """Launch what a finish claimed in its slots (the finishing thread);
+        ``rows=None``: that claim was not made."""
+        try:
+            if rows is not None:
+                self._backlog = len(rows) >= asked  # fewer than asked: the queue is empty
+                for row in rows:
+                    self._launch_safely(rt, row)
+        finally:
+            with self._lock:  # launched: their slots are counted by ``busy`` now
+                self._claiming -= asked
 
     def _poke(self) -> None:
         """Wake our own loop (a slot freed, or we are stopping)."""
@@ -187,8 +195,9 @@ class Worker:
 
     @property
     def busy(self) -> int:
-        """Bodies held by this worker's runtimes (running, or handed to a pool)."""
-        return sum(rt.busy for rt in self.runtimes)
+        """Slots taken: bodies held by this worker's runtimes (running, or
+        handed to a pool), and those asked for by refills in flight."""
+        return sum(rt.busy for rt in self.runtimes) + self._claiming
 
     # ----- the loop --------------------------------------------------------------
     def _beaten(self, reaper: Reaper, read: RunnersRead | bool | None) -> None:

@@ -274,8 +274,8 @@ def test_a_workers_refill_claims_in_a_finished_slot_only_after_the_finish_commit
     store.claim(["render"], now=T0 + 1, runner_id="w", limit=1)
     seen = []
 
-    def take(rows):  # another connection must already see the finish
-        seen.append(([r.record["job_id"] for r in rows], reader.get(a).status.value))
+    def take(rows, asked):  # another connection must already see the finish
+        seen.append(([r.record["job_id"] for r in rows], reader.get(a).status.value, asked))
 
     asked = []
 
@@ -290,7 +290,7 @@ def test_a_workers_refill_claims_in_a_finished_slot_only_after_the_finish_commit
     if type(store).__name__ == "SqliteJobStore":  # a claim there is no round trip: no refill
         assert seen == [] and asked == []
         return
-    assert asked == [[a]] and seen == [([b, c], "succeeded")]
+    assert asked == [[a]] and seen == [([b, c], "succeeded", 2)]
     for job_id in (b, c):
         got = store.get(job_id)
         assert got.status.value == "running" and got.record["runner_id"] == "w2"

@@ -473,7 +473,7 @@ def test_a_refill_starts_a_limited_key_only_where_its_limit_allows(project, cfg)
         kinds=lambda: ["t.span"],
         runner_id="w1",
         want=lambda ids: 3,
-        take=taken.append,
+        take=lambda rows, asked: taken.append(rows),
         clock=lambda: now + 1,
     )
 

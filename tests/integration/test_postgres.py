@@ -348,6 +348,45 @@ def test_a_finish_the_database_refuses_fails_alone_in_its_batch(pg_url):
         store.purge()
 
 
+def test_a_refill_whose_statement_fails_is_answered_with_no_rows(pg_url):
+    from au import ComputationStatus
+
+    from nw.jobs.stores.base import Refill
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    # Given a running job, one queued, and a worker's refill on the store
+    store = PostgresJobStore(pg_url, f"refill-{uuid.uuid4().hex}")
+    try:
+        running, queued = (record(kind="render", at=1_700_000_000.0 + i) for i in range(2))
+        for rec in (running, queued):
+            store.create(rec, claimable=True)
+        (row,) = store.claim(["render"], now=1_800_000_000.0, runner_id="w", limit=1)
+        takes = []
+        store.refill = Refill(
+            kinds=lambda: ["render"],
+            runner_id="w",
+            want=lambda ids: 1,
+            take=lambda rows, asked: takes.append((rows, asked)),
+            clock=lambda: 1_800_000_001.0,
+        )
+        # When its finish is one PostgreSQL refuses (a NUL in text)
+        with pytest.raises(JobStoreError):
+            store.finish(
+                row.record["job_id"],
+                au_status=ComputationStatus.FAILED,
+                result=None,
+                error="\0",
+                fields={},
+                attempt=row.record["attempt"],
+            )
+        # Then the claim it asked for is answered as not made, and nothing was claimed
+        assert takes == [(None, 1)]
+        assert store.get(queued["job_id"]).status.value == "queued"
+    finally:
+        store.refill = None
+        store.purge()
+
+
 def test_a_database_missing_a_migration_below_its_highest_is_behind(fresh_db):
     from nw.jobs.stores.postgres import PostgresJobStore, migrate
 

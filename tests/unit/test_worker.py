@@ -140,3 +140,24 @@ def test_a_job_that_cannot_launch_fails_and_frees_its_slot(project, worker, cloc
     failed = jobs.get_job(project, job.job_id, config=worker.config)
     assert failed.status == jobs.FAILED and "no_such_module" in failed.error
     assert worker.busy == 0
+
+
+def test_slots_a_refill_in_flight_asked_for_are_taken_until_it_answers(project, worker, clock):
+    # Given a worker with a backlog and every slot free
+    (rt,) = worker.runtimes
+    cap = worker.config.max_concurrent
+    worker._backlog = True
+    # When a batch of finishes asks for the free slots and its claim is in flight,
+    # a second batch (the other lane) and the worker's own claim find none free
+    assert worker._refill_want([]) == cap
+    assert worker._refill_want([]) == 0
+    assert worker.busy == cap
+    jobs.enqueue(project, KIND, {"i": 1}, config=worker.config)
+    assert worker.claim_once() == 0
+    # Then a claim that was not made gives its slots back, the backlog as it was
+    worker._take(rt, None, cap)
+    assert worker.busy == 0 and worker._backlog
+    # And a claim that came back short gives back what it did not fill
+    assert worker._refill_want([]) == cap
+    worker._take(rt, [], cap)
+    assert worker.busy == 0 and not worker._backlog  # fewer than asked: the queue is empty

@@ -1,4 +1,4 @@
-"""Group commit: concurrent calls of one write coalesced into one statement."""
+"""Group commit: concurrent calls of one write coalesced into few statements."""
 
 from __future__ import annotations
 
@@ -8,68 +8,115 @@ from typing import Any
 
 
 class GroupCommit:
-    """Coalesces concurrent calls of one write into one statement (group commit).
+    """Coalesces concurrent calls of one write into batches (group commit).
 
     ``submit(item)`` blocks until the item is written and returns its result.
-    The first caller to find no batch in flight becomes the leader: it takes
-    every item queued so far (one per ``key``; a second item for the same key
-    waits for the next batch), runs ``flush(items) -> results`` once, outside
-    the lock, and hands each waiter its result or the batch's exception. A
-    lone caller pays nothing extra (its batch is itself); N threads finishing
-    at once pay one round trip and one commit instead of N.
+    A caller that finds a lane free (fewer than ``lanes`` batches in flight)
+    leads: it takes every item queued so far (oldest first, one per ``key``,
+    and none whose key is in a batch in flight), runs ``flush(items) ->
+    results`` once, outside the lock, and hands each waiter its result or the
+    batch's exception. It then hands the lane on: the oldest waiter of the next
+    batch leads that one. A lone caller pays nothing extra (its batch is
+    itself); N threads finishing at once pay one round trip and one commit
+    instead of N, and with two lanes the finishes that end while one batch is
+    in flight go out in a second, rather than waiting behind it.
+
+    Every waiter sleeps on its own event and is woken once, when its item is
+    written or its batch is handed to it, never to find that nothing changed.
     """
 
-    def __init__(self, flush: Callable[[list[Any]], list[Any]], *, key=None, limit: int = 256):
-        self._flush, self._key, self._limit = flush, key, limit
-        self._cond = threading.Condition(threading.Lock())
+    def __init__(
+        self,
+        flush: Callable[[list[Any]], list[Any]],
+        *,
+        key: Callable[[Any], Any] | None = None,
+        limit: int = 256,
+        lanes: int = 1,
+        crowd: int = 1,
+    ):
+        if lanes < 1:
+            raise ValueError(f"a group commit needs at least one lane, not {lanes}")
+        self._flush, self._key, self._limit, self._lanes = flush, key, limit, lanes
+        self._crowd = crowd
+        self._lock = threading.Lock()
         self._queue: list[_Pending] = []
-        self._busy = False
+        self._flying: set[Any] = set()
+        """The keys of the items in batches in flight."""
+        self._batches = 0
+        """Batches in flight (at most ``lanes``)."""
 
     def submit(self, item: Any) -> Any:
-        mine = _Pending(item)
-        with self._cond:
+        mine = _Pending(item, self._key(item) if self._key else object())
+        with self._lock:
             self._queue.append(mine)
+            batch = self._next_batch()
         while True:
-            with self._cond:
-                while self._busy and not mine.done:
-                    self._cond.wait()
-                if mine.done:
-                    return mine.value()
-                batch = self._take()  # mine is queued, so the batch is not empty
-                self._busy = True
-            try:
-                results = list(self._flush([p.item for p in batch]))
-                failure = None
-            except BaseException as exc:
-                results, failure = [None] * len(batch), exc
-            with self._cond:
-                for pending, result in zip(batch, results, strict=True):
-                    pending.finish(result, failure)
-                self._busy = False
-                self._cond.notify_all()
+            if batch is None:
+                mine.wake.wait()
+                with self._lock:
+                    mine.wake.clear()
+                    batch, mine.batch = mine.batch, None
+                    if batch is None and mine.done:
+                        return mine.value()
+                if batch is None:  # pragma: no cover - a wake always brings one of the two
+                    continue
+            self._run(batch)
+            if mine.done:
+                return mine.value()
+            batch = None  # led a batch without its own item (over ``limit``): wait on
 
-    def _take(self) -> list[_Pending]:
-        """The next batch, oldest first, one item per key; the caller holds the lock."""
+    def _run(self, batch: list[_Pending]) -> None:
+        try:
+            results = list(self._flush([p.item for p in batch]))
+            failure = None
+            if len(results) != len(batch):
+                raise RuntimeError(f"a flush of {len(batch)} items returned {len(results)} results")
+        except BaseException as exc:
+            results, failure = [None] * len(batch), exc
+        with self._lock:
+            for pending, result in zip(batch, results, strict=True):
+                pending.finish(result, failure)
+                self._flying.discard(pending.key)
+            self._batches -= 1
+            while (following := self._next_batch()) is not None:
+                lead = following[0]
+                lead.batch = following
+                lead.wake.set()
+
+    def _next_batch(self) -> list[_Pending] | None:
+        """The next batch if a lane is free (oldest first, one item per key, no
+        key in flight), now in flight; None if no lane or no item can go. The
+        caller holds the lock."""
+        if self._batches >= self._lanes:
+            return None
+        if self._batches and len(self._queue) < self._crowd:
+            return None
         batch, seen, rest = [], set(), []
         for pending in self._queue:
-            key = self._key(pending.item) if self._key else id(pending)
-            if key in seen or len(batch) >= self._limit:
+            if pending.key in seen or pending.key in self._flying or len(batch) >= self._limit:
                 rest.append(pending)
             else:
-                seen.add(key)
+                seen.add(pending.key)
                 batch.append(pending)
+        if not batch:
+            return None
         self._queue = rest
+        self._flying |= seen
+        self._batches += 1
         return batch
 
 
 class _Pending:
-    __slots__ = ("done", "error", "item", "result")
+    __slots__ = ("batch", "done", "error", "item", "key", "result", "wake")
 
-    def __init__(self, item: Any):
-        self.item, self.done, self.result, self.error = item, False, None, None
+    def __init__(self, item: Any, key: Any):
+        self.item, self.key, self.done, self.result, self.error = item, key, False, None, None
+        self.batch: list[_Pending] | None = None
+        self.wake = threading.Event()
 
     def finish(self, result: Any, error: BaseException | None) -> None:
         self.result, self.error, self.done = result, error, True
+        self.wake.set()
 
     def value(self) -> Any:
         """The result; an exception (the batch's, or this item's own) is raised."""

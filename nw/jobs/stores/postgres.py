@@ -90,6 +90,16 @@ __all__ = ["PostgresJobStore", "close_pools", "migrate", "open_postgres_store"]
 
 Q = load_queries("postgres_queries.sql")
 log = logging.getLogger("nw.jobs")
+#: Finishes go out in up to two statements at once (group commit lanes): while
+#: one batch is in flight, a crowd of at least ``FINISH_CROWD`` finishes that
+#: ended meanwhile goes out beside it rather than waiting for its commit; fewer
+#: wait and join the next batch. One lane left a worker's slots idle while its
+#: statement was in flight (the database and the worker each below 60% of a
+#: core); a second lane for any lone finish made batches of 1-2 jobs, each
+#: paying a statement's fixed cost. Measured with misc/bench/pg_bench.py --only
+#: drain (README, Performance).
+FINISH_LANES, FINISH_CROWD = 2, 4
+
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LIVE = ("queued", "running", "cancelling")
 
@@ -135,7 +145,12 @@ class PostgresJobStore(JobStore):
         self.read_only = read_only
         self.channel = channel_for(project_id)
         self._tls = threading.local()
-        self._finishes = GroupCommit(self._finish_many, key=lambda item: item["job_id"])
+        self._finishes = GroupCommit(
+            self._finish_many,
+            key=lambda item: item["job_id"],
+            lanes=FINISH_LANES,
+            crowd=FINISH_CROWD,
+        )
         check_schema(self.db)
 
     def __repr__(self) -> str:
@@ -628,12 +643,12 @@ class PostgresJobStore(JobStore):
             "doc": doc,
         }
         _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
-        ok = self._finishes.submit(item)
-        claimed = getattr(self._tls, "claimed", None)
-        if claimed is not None:  # this thread led a batch that refilled: committed, now run them
-            self._tls.claimed = None
-            self.refill.take(claimed)
-        return ok
+        try:
+            return self._finishes.submit(item)
+        finally:  # this thread led batches that refilled: committed, now run them
+            claimed, self._tls.claimed = getattr(self._tls, "claimed", None), None
+            for refill, rows, asked in claimed or ():
+                refill.take(rows, asked)
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """One statement for a batch of finishes; on a database error other than
@@ -643,6 +658,7 @@ class PostgresJobStore(JobStore):
         refill = self.refill
         want = refill.want([item["job_id"] for item in items]) if refill is not None else 0
         if want > 0:
+            rows = None  # the claim's answer, taken by this thread once its submit returns
             try:
                 done, rows = self._finish_and_claim(items, refill, want)
             except JobStoreUnreachable:
@@ -650,8 +666,10 @@ class PostgresJobStore(JobStore):
             except JobStoreError as exc:
                 log.warning("finishing and claiming in one statement failed (%s); finishing", exc)
             else:
-                self._tls.claimed = rows
                 return [item["job_id"] in done for item in items]
+            finally:
+                claimed = getattr(self._tls, "claimed", None) or []
+                self._tls.claimed = [*claimed, (refill, rows, want)]
         try:
             done = self._exec(
                 "finish_many",
