@@ -22,7 +22,8 @@ class GroupCommit:
     in flight go out in a second, rather than waiting behind it.
 
     Every waiter sleeps on its own event and is woken once, when its item is
-    written or its batch is handed to it, never to find that nothing changed.
+    written or its batch is handed to it, and only after the lock is released
+    (its first step is to take it).
     """
 
     def __init__(
@@ -78,10 +79,13 @@ class GroupCommit:
                 pending.finish(result, failure)
                 self._flying.discard(pending.key)
             self._batches -= 1
+            woken = batch[:]
             while (following := self._next_batch()) is not None:
-                lead = following[0]
-                lead.batch = following
-                lead.wake.set()
+                following[0].batch = following  # its oldest leads it
+                woken.append(following[0])
+        # Woken once the lock is free: a waiter's first step is to take it.
+        for pending in woken:
+            pending.wake.set()
 
     def _next_batch(self) -> list[_Pending] | None:
         """The next batch if a lane is free (oldest first, one item per key, no
@@ -116,7 +120,6 @@ class _Pending:
 
     def finish(self, result: Any, error: BaseException | None) -> None:
         self.result, self.error, self.done = result, error, True
-        self.wake.set()
 
     def value(self) -> Any:
         """The result; an exception (the batch's, or this item's own) is raised."""
