@@ -51,20 +51,16 @@ class GroupCommit:
         with self._lock:
             self._queue.append(mine)
             batch = self._next_batch()
-        while True:
-            if batch is None:
+        while not mine.done:
+            if batch is None:  # wait until written, or handed a batch to lead
                 mine.wake.wait()
                 with self._lock:
                     mine.wake.clear()
                     batch, mine.batch = mine.batch, None
-                    if batch is None and mine.done:
-                        return mine.value()
-                if batch is None:  # pragma: no cover - a wake always brings one of the two
-                    continue
-            self._run(batch)
-            if mine.done:
-                return mine.value()
-            batch = None  # led a batch without its own item (over ``limit``): wait on
+            else:  # lead it (a batch over ``limit`` may not hold mine: then wait on)
+                self._run(batch)
+                batch = None
+        return mine.value()
 
     def _run(self, batch: list[_Pending]) -> None:
         try:

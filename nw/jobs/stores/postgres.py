@@ -96,8 +96,8 @@ log = logging.getLogger("nw.jobs")
 #: wait and join the next batch. One lane left a worker's slots idle while its
 #: statement was in flight (the database and the worker each below 60% of a
 #: core); a second lane for any lone finish made batches of 1-2 jobs, each
-#: paying a statement's fixed cost. Measured with misc/bench/pg_bench.py --only
-#: drain (README, Performance).
+#: paying a statement's fixed cost. Measured in alternating no-op drains
+#: (README, Performance).
 FINISH_LANES, FINISH_CROWD = 2, 4
 
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
