@@ -88,7 +88,9 @@ class Worker:
         self._lock = threading.Lock()
         self._refilled: set[str] = set()
         self._claiming = 0
-        """Slots asked for by refills in flight (claimed, not yet launched)."""
+        """Slots reserved by claims in flight, the loop's own and refills' (asked
+        for or claimed, not yet launched): a body that ends meanwhile must not
+        count them as free."""
         self._loaded: dict[str, Callable] = {}
         self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._poker.setblocking(False)
@@ -257,20 +259,28 @@ class Worker:
         started = 0
         names = self.kinds()
         for rt in self.runtimes:
-            free = self.config.max_concurrent - self.busy
-            if free <= 0 or self.stopping.is_set():
+            if self.stopping.is_set():
                 break
+            with self._lock:  # the free slots are this claim's until its rows are launched
+                free = self.config.max_concurrent - self.busy
+                self._claiming += max(free, 0)
             try:
-                rows = rt.store.claim(
-                    names, now=self.config.clock(), runner_id=self.runner_id, limit=free
-                )
-            except Exception:
-                log.exception("claiming from %s failed", rt.store)
-                continue
-            self._backlog = len(rows) == free  # a full batch: there may be more
-            for row in rows:
-                self._launch_safely(rt, row)
-                started += 1
+                if free <= 0:
+                    break
+                try:
+                    rows = rt.store.claim(
+                        names, now=self.config.clock(), runner_id=self.runner_id, limit=free
+                    )
+                except Exception:
+                    log.exception("claiming from %s failed", rt.store)
+                    continue
+                self._backlog = len(rows) == free  # a full batch: there may be more
+                for row in rows:
+                    self._launch_safely(rt, row)
+                    started += 1
+            finally:
+                with self._lock:
+                    self._claiming -= max(free, 0)
         return started
 
     def _launch_safely(self, rt: Runtime, row: JobRow) -> None:

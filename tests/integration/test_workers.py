@@ -65,6 +65,37 @@ def test_four_workers_run_each_of_400_jobs_exactly_once(cfg, project, tmp_path):
     assert all(w.returncode == 0 for w in workers)
 
 
+def test_a_worker_never_holds_more_jobs_at_once_than_its_slots(cfg, project, tmp_path):
+    # Given a backlog of short jobs (on PostgreSQL the finishes claim their
+    # slots' next jobs, up to two batches in flight)
+    log = tmp_path / "ran.log"
+    items = [("t.noop", {"i": i, "log": str(log)}) for i in range(300)]
+    jobs.enqueue_many(project, items, config=cfg)
+    worker = start_worker(project, max_concurrent=10, database_url=cfg.database_url)
+    try:
+        done = wait_until(
+            lambda: (
+                (got := jobs.list_jobs(project, status="succeeded", limit=500, config=cfg))
+                and len(got) == 300
+                and got
+            ),
+            timeout=60,
+            what="300 jobs done",
+        )
+    finally:
+        stop(worker)
+    # Then each ran once, and never more than 10 were held (claimed, not yet
+    # finished) at a time: a job waiting for a thread holds a slot too
+    counts = Counter(log.read_text().split())
+    assert len(counts) == 300 and set(counts.values()) == {1}
+    edges = [(j.started_at, 1) for j in done] + [(j.finished_at, -1) for j in done]
+    held = most = 0
+    for _, step in sorted(edges):  # at one instant a finish comes before a claim
+        held += step
+        most = max(most, held)
+    assert 1 < most <= 10, most
+
+
 def test_kill_9_mid_job_is_recovered_and_a_retryable_job_resumes_without_paying_twice(
     cfg, project, tmp_path
 ):
