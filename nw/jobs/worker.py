@@ -150,10 +150,8 @@ class Worker:
                 _said(decided),
                 time.monotonic() - at,
             )
-        with self._lock:
-            if job_id in self._refilled:  # its finish already claimed in its place
-                self._refilled.discard(job_id)
-                return
+        with self._lock:  # its finish may have claimed in its place (then no slot is free)
+            self._refilled.discard(job_id)
         if self._backlog and self.busy < self.config.max_concurrent:
             self._poke()
 
@@ -165,10 +163,14 @@ class Worker:
         if not self._backlog or self.stopping.is_set():
             return 0
         # Only our own bodies free a slot (a reap may finish another worker's job).
-        mine = [job_id for job_id in finishing if job_id in self._launches]
         with self._lock:
-            occupied = self.busy - len(self._refilled) - len(mine)
-            self._refilled.update(mine)  # their release needs no claim of its own
+            held = {job_id for rt in self.runtimes for job_id in rt.held_jobs()}
+            mine = [j for j in finishing if j in held and j not in self._refilled]
+            # Held jobs already replaced by a refill hold no slot; one its runtime
+            # has let go of (its ``_released`` still to come) is out of ``held``.
+            replaced = len(self._refilled & held)
+            occupied = len(held) + self._claiming - replaced - len(mine)
+            self._refilled.update(mine)
             asked = max(self.config.max_concurrent - occupied, 0)
             self._claiming += asked  # taken until ``_take`` answers this claim
         return asked

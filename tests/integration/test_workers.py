@@ -71,7 +71,15 @@ def test_a_worker_never_holds_more_jobs_at_once_than_its_slots(cfg, project, tmp
     log = tmp_path / "ran.log"
     items = [("t.noop", {"i": i, "log": str(log)}) for i in range(300)]
     jobs.enqueue_many(project, items, config=cfg)
-    worker = start_worker(project, max_concurrent=10, database_url=cfg.database_url)
+    # at the worker's default log level: its line per job widens the window
+    # between a runtime letting a job go and the worker's own bookkeeping
+    worker = start_worker(
+        project,
+        max_concurrent=10,
+        database_url=cfg.database_url,
+        extra=["--log-level", "INFO"],
+        log_path=tmp_path / "worker.log",
+    )
     try:
         done = wait_until(
             lambda: (

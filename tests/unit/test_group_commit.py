@@ -173,3 +173,66 @@ def test_a_flush_that_answers_the_wrong_number_of_items_fails_the_batch():
 def test_lanes_are_at_least_one():
     with pytest.raises(ValueError, match="at least one lane"):
         GroupCommit(lambda items: items, lanes=0)
+
+
+class _WakesThenInterrupted(threading.Event):
+    """A waiter's event that is woken, then interrupted (a Ctrl-C as it wakes)."""
+
+    def wait(self, timeout=None):
+        super().wait(timeout)
+        raise KeyboardInterrupt
+
+
+def _interrupted_submit(gc, item, monkeypatch, errors):
+    """``submit(item)`` on a thread whose wait is interrupted once it is woken."""
+    import nw.jobs.stores.group_commit as module
+
+    class Pending(module._Pending):
+        def __init__(self, item_, key):
+            super().__init__(item_, key)
+            if item_ == item:
+                self.wake = _WakesThenInterrupted()
+
+    def run():
+        try:
+            gc.submit(item)
+        except KeyboardInterrupt as exc:
+            errors.append(exc)
+
+    monkeypatch.setattr(module, "_Pending", Pending)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    wait_until(lambda: any(p.item == item for p in gc._queue), what=f"{item} waiting")
+    return t
+
+
+def test_a_waiter_interrupted_once_handed_a_batch_gives_its_lane_back(monkeypatch):
+    flush = Flushes(hold={"a"})
+    gc = GroupCommit(flush, lanes=2, crowd=4)
+    first, _ = submit_all(gc, ["a"])
+    wait_until(lambda: flush.flushed("a"), what="the first batch in flight")
+    errors: list[BaseException] = []
+    b = _interrupted_submit(gc, "b", monkeypatch, errors)
+    # When "a" is written, "b" is handed its batch and is interrupted as it wakes
+    flush.release.set()
+    join([*first, b])
+    assert len(errors) == 1 and not flush.flushed("b")  # it raised: its item was not written
+    # Then the lane is free again: a lone item goes at once, not behind a lost batch
+    later, results = submit_all(gc, ["c"])
+    join(later)
+    assert results == {"c": "done:c"}
+
+
+def test_a_waiter_interrupted_once_handed_a_batch_hands_it_to_the_next_waiter(monkeypatch):
+    flush = Flushes(hold={"a"})
+    gc = GroupCommit(flush, lanes=2, crowd=4)
+    first, _ = submit_all(gc, ["a"])
+    wait_until(lambda: flush.flushed("a"), what="the first batch in flight")
+    errors: list[BaseException] = []
+    b = _interrupted_submit(gc, "b", monkeypatch, errors)
+    rest, results = submit_all(gc, ["d"])
+    queued(gc, 2)
+    flush.release.set()
+    join([*first, b, *rest])
+    assert len(errors) == 1
+    assert results == {"d": "done:d"} and flush.batches[-1] == ["d"]

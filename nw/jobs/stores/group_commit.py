@@ -53,7 +53,11 @@ class GroupCommit:
             batch = self._next_batch()
         while not mine.done:
             if batch is None:  # wait until written, or handed a batch to lead
-                mine.wake.wait()
+                try:
+                    mine.wake.wait()
+                except BaseException:  # e.g. Ctrl-C: nobody else may be left waiting on us
+                    self._abandon(mine)
+                    raise
                 with self._lock:
                     mine.wake.clear()
                     batch, mine.batch = mine.batch, None
@@ -61,6 +65,28 @@ class GroupCommit:
                 self._run(batch)
                 batch = None
         return mine.value()
+
+    def _abandon(self, mine: _Pending) -> None:
+        """A waiter interrupted: its item is dropped if no batch holds it yet;
+        a batch handed to it goes on to another of its waiters, or, held by no
+        one else, gives its lane back."""
+        with self._lock:
+            batch, mine.batch = mine.batch, None
+            woken: list[_Pending] = []
+            if batch is None:
+                if mine in self._queue:  # never taken: never written
+                    self._queue.remove(mine)
+            else:
+                self._flying.discard(mine.key)
+                others = [p for p in batch if p is not mine]
+                if others:
+                    others[0].batch = others
+                    woken.append(others[0])
+                else:
+                    self._batches -= 1
+                    woken = self._hand_on()
+        for pending in woken:
+            pending.wake.set()
 
     def _run(self, batch: list[_Pending]) -> None:
         try:
@@ -75,13 +101,19 @@ class GroupCommit:
                 pending.finish(result, failure)
                 self._flying.discard(pending.key)
             self._batches -= 1
-            woken = batch[:]
-            while (following := self._next_batch()) is not None:
-                following[0].batch = following  # its oldest leads it
-                woken.append(following[0])
+            woken = batch + self._hand_on()
         # Woken once the lock is free: a waiter's first step is to take it.
         for pending in woken:
             pending.wake.set()
+
+    def _hand_on(self) -> list[_Pending]:
+        """Hand the batches that can go now to their oldest waiters (to be
+        woken); the caller holds the lock."""
+        leads = []
+        while (following := self._next_batch()) is not None:
+            following[0].batch = following
+            leads.append(following[0])
+        return leads
 
     def _next_batch(self) -> list[_Pending] | None:
         """The next batch if a lane is free (oldest first, one item per key, no

@@ -647,8 +647,7 @@ class PostgresJobStore(JobStore):
             return self._finishes.submit(item)
         finally:  # this thread led batches that refilled: committed, now run them
             claimed, self._tls.claimed = getattr(self._tls, "claimed", None), None
-            for refill, rows, asked in claimed or ():
-                refill.take(rows, asked)
+            _answer(claimed or [])
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """One statement for a batch of finishes; on a database error other than
@@ -943,6 +942,17 @@ class PostgresJobStore(JobStore):
             "completed_at": _aware(result.completed_at),
         }
         self._exec("put_status", args)
+
+
+def _answer(claimed: list[tuple[Refill, list[JobRow] | None, int]]) -> None:
+    """Each refill's ``take``, every one of them even if one raises (each
+    answers a ``want`` whose slots the worker holds until then)."""
+    if claimed:
+        (refill, rows, asked), rest = claimed[0], claimed[1:]
+        try:
+            refill.take(rows, asked)
+        finally:
+            _answer(rest)
 
 
 def _aware(when: datetime | None) -> datetime | None:
