@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from au import ComputationStatus
@@ -184,8 +184,7 @@ class Worker:
                 for row in rows:
                     self._launch_safely(rt, row)
         finally:
-            with self._lock:  # launched: their slots are counted by ``busy`` now
-                self._claiming -= asked
+            self._unreserve(asked)
 
     def _poke(self) -> None:
         """Wake our own loop (a slot freed, or we are stopping)."""
@@ -200,7 +199,7 @@ class Worker:
     @property
     def busy(self) -> int:
         """Slots taken: bodies held by this worker's runtimes (running, or
-        handed to a pool), and those asked for by refills in flight."""
+        handed to a pool), and those reserved by claims in flight."""
         return sum(rt.busy for rt in self.runtimes) + self._claiming
 
     # ----- the loop --------------------------------------------------------------
@@ -263,10 +262,7 @@ class Worker:
         for rt in self.runtimes:
             if self.stopping.is_set():
                 break
-            with self._lock:  # the free slots are this claim's until its rows are launched
-                free = self.config.max_concurrent - self.busy
-                self._claiming += max(free, 0)
-            try:
+            with self._reserving() as free:
                 if free <= 0:
                     break
                 try:
@@ -280,10 +276,23 @@ class Worker:
                 for row in rows:
                     self._launch_safely(rt, row)
                     started += 1
-            finally:
-                with self._lock:
-                    self._claiming -= max(free, 0)
         return started
+
+    @contextlib.contextmanager
+    def _reserving(self) -> Iterator[int]:
+        """The free slots, reserved for a claim until its rows are launched."""
+        with self._lock:
+            free = max(self.config.max_concurrent - self.busy, 0)
+            self._claiming += free
+        try:
+            yield free
+        finally:
+            self._unreserve(free)
+
+    def _unreserve(self, slots: int) -> None:
+        """A claim's rows are launched (``busy`` counts them now), or it got none."""
+        with self._lock:
+            self._claiming -= slots
 
     def _launch_safely(self, rt: Runtime, row: JobRow) -> None:
         """Launch one claimed job; whatever goes wrong fails that job, not the loop."""

@@ -206,16 +206,23 @@ def _interrupted_submit(gc, item, monkeypatch, errors):
     return t
 
 
-def test_a_waiter_interrupted_once_handed_a_batch_gives_its_lane_back(monkeypatch):
+def _interrupted_behind_a_batch(monkeypatch):
+    """Batch "a" in flight (two lanes, a crowd of 4) and "b" waiting behind it
+    on a thread that is interrupted as soon as it is woken."""
     flush = Flushes(hold={"a"})
     gc = GroupCommit(flush, lanes=2, crowd=4)
     first, _ = submit_all(gc, ["a"])
     wait_until(lambda: flush.flushed("a"), what="the first batch in flight")
     errors: list[BaseException] = []
     b = _interrupted_submit(gc, "b", monkeypatch, errors)
+    return flush, gc, [*first, b], errors
+
+
+def test_a_waiter_interrupted_once_handed_a_batch_gives_its_lane_back(monkeypatch):
+    flush, gc, threads, errors = _interrupted_behind_a_batch(monkeypatch)
     # When "a" is written, "b" is handed its batch and is interrupted as it wakes
     flush.release.set()
-    join([*first, b])
+    join(threads)
     assert len(errors) == 1 and not flush.flushed("b")  # it raised: its item was not written
     # Then the lane is free again: a lone item goes at once, not behind a lost batch
     later, results = submit_all(gc, ["c"])
@@ -224,15 +231,10 @@ def test_a_waiter_interrupted_once_handed_a_batch_gives_its_lane_back(monkeypatc
 
 
 def test_a_waiter_interrupted_once_handed_a_batch_hands_it_to_the_next_waiter(monkeypatch):
-    flush = Flushes(hold={"a"})
-    gc = GroupCommit(flush, lanes=2, crowd=4)
-    first, _ = submit_all(gc, ["a"])
-    wait_until(lambda: flush.flushed("a"), what="the first batch in flight")
-    errors: list[BaseException] = []
-    b = _interrupted_submit(gc, "b", monkeypatch, errors)
+    flush, gc, threads, errors = _interrupted_behind_a_batch(monkeypatch)
     rest, results = submit_all(gc, ["d"])
     queued(gc, 2)
     flush.release.set()
-    join([*first, b, *rest])
+    join([*threads, *rest])
     assert len(errors) == 1
     assert results == {"d": "done:d"} and flush.batches[-1] == ["d"]
