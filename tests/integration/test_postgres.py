@@ -318,73 +318,72 @@ def test_an_unreachable_database_and_a_refused_statement_are_told_apart_by_type(
     assert not isinstance(info.value, JobStoreUnreachable)
 
 
-def test_a_finish_the_database_refuses_fails_alone_in_its_batch(pg_url):
-    from au import ComputationStatus
-
+@pytest.fixture
+def two_queued(pg_url):
+    """A fresh project's PostgreSQL store holding two queued jobs, oldest first."""
     from nw.jobs.stores.postgres import PostgresJobStore
 
-    # Given two running jobs
-    store = PostgresJobStore(pg_url, f"batch-{uuid.uuid4().hex}")
+    store = PostgresJobStore(pg_url, f"two-{uuid.uuid4().hex}")
+    first, second = (record(kind="render", at=1_700_000_000.0 + i) for i in range(2))
+    for rec in (first, second):
+        store.create(rec, claimable=True)
     try:
-        good, bad = (record(kind="render", at=1_700_000_000.0 + i) for i in range(2))
-        for rec in (good, bad):
-            store.create(rec, claimable=True)
-        claimed = store.claim(["render"], now=1_800_000_000.0, runner_id="w", limit=2)
-        attempt = {r.record["job_id"]: r.record["attempt"] for r in claimed}
-        item = {"au_status": ComputationStatus.FAILED.value, "value": None, "cols": {}, "doc": {}}
-        # When one batch holds a finish PostgreSQL refuses (a NUL in text) and a good one
-        g, b = good["job_id"], bad["job_id"]
-        results = store._finish_many(
-            [
-                {**item, "job_id": g, "attempt": attempt[g], "error": "x"},
-                {**item, "job_id": b, "attempt": attempt[b], "error": "\0"},
-            ]
-        )
-        # Then the good one is written and only the bad one reports the error
-        assert results[0] is True and isinstance(results[1], JobStoreError)
-        assert store.get(g).status.value == "failed"
-        assert store.get(b).status.value == "running"
-    finally:
-        store.purge()
-
-
-def test_a_refill_whose_statement_fails_is_answered_with_no_rows(pg_url):
-    from au import ComputationStatus
-
-    from nw.jobs.stores.base import Refill
-    from nw.jobs.stores.postgres import PostgresJobStore
-
-    # Given a running job, one queued, and a worker's refill on the store
-    store = PostgresJobStore(pg_url, f"refill-{uuid.uuid4().hex}")
-    try:
-        running, queued = (record(kind="render", at=1_700_000_000.0 + i) for i in range(2))
-        for rec in (running, queued):
-            store.create(rec, claimable=True)
-        (row,) = store.claim(["render"], now=1_800_000_000.0, runner_id="w", limit=1)
-        takes = []
-        store.refill = Refill(
-            kinds=lambda: ["render"],
-            runner_id="w",
-            want=lambda ids: 1,
-            take=lambda rows, asked: takes.append((rows, asked)),
-            clock=lambda: 1_800_000_001.0,
-        )
-        # When its finish is one PostgreSQL refuses (a NUL in text)
-        with pytest.raises(JobStoreError):
-            store.finish(
-                row.record["job_id"],
-                au_status=ComputationStatus.FAILED,
-                result=None,
-                error="\0",
-                fields={},
-                attempt=row.record["attempt"],
-            )
-        # Then the claim it asked for is answered as not made, and nothing was claimed
-        assert takes == [(None, 1)]
-        assert store.get(queued["job_id"]).status.value == "queued"
+        yield store, first["job_id"], second["job_id"]
     finally:
         store.refill = None
         store.purge()
+
+
+def test_a_finish_the_database_refuses_fails_alone_in_its_batch(two_queued):
+    from au import ComputationStatus
+
+    # Given two running jobs
+    store, g, b = two_queued
+    claimed = store.claim(["render"], now=1_800_000_000.0, runner_id="w", limit=2)
+    attempt = {r.record["job_id"]: r.record["attempt"] for r in claimed}
+    item = {"au_status": ComputationStatus.FAILED.value, "value": None, "cols": {}, "doc": {}}
+    # When one batch holds a finish PostgreSQL refuses (a NUL in text) and a good one
+    results = store._finish_many(
+        [
+            {**item, "job_id": g, "attempt": attempt[g], "error": "x"},
+            {**item, "job_id": b, "attempt": attempt[b], "error": "\0"},
+        ]
+    )
+    # Then the good one is written and only the bad one reports the error
+    assert results[0] is True and isinstance(results[1], JobStoreError)
+    assert store.get(g).status.value == "failed"
+    assert store.get(b).status.value == "running"
+
+
+def test_a_refill_whose_statement_fails_is_answered_with_no_rows(two_queued):
+    from au import ComputationStatus
+
+    from nw.jobs.stores.base import Refill
+
+    # Given a running job, one queued, and a worker's refill on the store
+    store, _, queued = two_queued
+    (row,) = store.claim(["render"], now=1_800_000_000.0, runner_id="w", limit=1)
+    takes = []
+    store.refill = Refill(
+        kinds=lambda: ["render"],
+        runner_id="w",
+        want=lambda ids: 1,
+        take=lambda rows, asked: takes.append((rows, asked)),
+        clock=lambda: 1_800_000_001.0,
+    )
+    # When its finish is one PostgreSQL refuses (a NUL in text)
+    with pytest.raises(JobStoreError):
+        store.finish(
+            row.record["job_id"],
+            au_status=ComputationStatus.FAILED,
+            result=None,
+            error="\0",
+            fields={},
+            attempt=row.record["attempt"],
+        )
+    # Then the claim it asked for is answered as not made, and nothing was claimed
+    assert takes == [(None, 1)]
+    assert store.get(queued).status.value == "queued"
 
 
 def test_every_refill_a_thread_led_is_answered_even_if_one_answer_raises():
