@@ -27,6 +27,54 @@ def start_workers(project, n, extra=()):
     return [subprocess.Popen(cmd, env=env) for _ in range(n)]
 
 
+def cpu_seconds(pids) -> float | None:
+    """User + system CPU of these processes (all their threads) so far, from
+    ``/proc``; None where it cannot be read (not Linux, or a process gone)."""
+    total = 0.0
+    for pid in pids:
+        fields = _stat(pid)
+        if fields is None:
+            return None
+        total += fields[0] + fields[1]
+    return total
+
+
+def server_cpu_seconds() -> float | None:
+    """CPU of the PostgreSQL server on this host so far: its live processes',
+    and (the postmaster's children times) its backends' that have exited;
+    None if it runs elsewhere."""
+    total, found = 0.0, False
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() not in ("postgres", "postmaster"):
+                    continue
+        except OSError:
+            continue
+        fields = _stat(int(entry))
+        if fields is None:
+            continue
+        found = True
+        total += fields[0] + fields[1]
+        if fields[4] == 1:  # the postmaster: its exited children's time too
+            total += fields[2] + fields[3]
+    return total if found else None
+
+
+def _stat(pid: int) -> tuple[float, float, float, float, int] | None:
+    """utime, stime, cutime, cstime (seconds) and the parent pid of a process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    utime, stime, cutime, cstime = (int(v) / tick for v in fields[11:15])
+    return utime, stime, cutime, cstime, int(fields[1])
+
+
 def stop_workers(procs):
     for p in procs:
         p.terminate()

@@ -46,7 +46,7 @@ from nw.jobs.stores.postgres import PostgresJobStore, migrate
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from bench_bodies import start_workers, stop_workers  # noqa: E402  (registers bench.noop)
+from bench_bodies import cpu_seconds, server_cpu_seconds, start_workers, stop_workers  # noqa: E402  (registers bench.noop)
 
 URL = os.environ.get("NW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -238,12 +238,14 @@ def enqueue_rate(base: Path, n: int) -> None:
 # ----- workers -------------------------------------------------------------------------------
 
 
-def count_done(project) -> int:
-    with psycopg.connect(URL) as conn:
-        return conn.execute(
-            "SELECT count(*) FROM nw_jobs.jobs WHERE project_id = %s AND finished_at IS NOT NULL",
-            (project.project_id,),
-        ).fetchone()[0]
+def count_done(project, conn: psycopg.Connection | None = None) -> int:
+    if conn is None:
+        with psycopg.connect(URL) as own:
+            return count_done(project, own)
+    return conn.execute(
+        "SELECT count(*) FROM nw_jobs.jobs WHERE project_id = %s AND finished_at IS NOT NULL",
+        (project.project_id,),
+    ).fetchone()[0]
 
 
 def drain(base: Path, n_jobs: int, n_workers: int, max_concurrent: int) -> None:
@@ -256,10 +258,18 @@ def drain(base: Path, n_jobs: int, n_workers: int, max_concurrent: int) -> None:
         procs = start_workers(
             project, n_workers, ["--database-url", URL, "--max-concurrent", str(max_concurrent)]
         )
+        workers = [p.pid for p in procs]
         try:
-            deadline = time.monotonic() + 300
-            while count_done(project) < n_jobs and time.monotonic() < deadline:
-                time.sleep(0.05)
+            with psycopg.connect(URL, autocommit=True) as watch:  # one: connecting costs CPU
+                deadline = time.monotonic() + 300
+                done, at_first = 0, None
+                while done < n_jobs and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    done = count_done(project, watch)
+                    # CPU from the first finish seen to the last: the drain, not the boot
+                    if done and at_first is None:
+                        at_first = (done, cpu_seconds(workers), server_cpu_seconds())
+                at_last = (done, cpu_seconds(workers), server_cpu_seconds())
         finally:
             stop_workers(procs)
         with psycopg.connect(URL) as conn:
@@ -270,11 +280,25 @@ def drain(base: Path, n_jobs: int, n_workers: int, max_concurrent: int) -> None:
             ).fetchone()
         print(
             f"drain {done} no-op jobs, {n_workers} worker(s) x {max_concurrent} slots: "
-            f"{done / (last - first):,.0f} jobs/s"
+            f"{done / (last - first):,.0f} jobs/s; CPU per job {cpu_per_job(at_first, at_last)}"
         )
     finally:
         close_shared_stores()
         purge(project)
+
+
+def cpu_per_job(first, last) -> str:
+    """Worker and PostgreSQL CPU per job between two ``(done, worker s, server s)`` samples."""
+    if first is None or last is None or last[0] <= first[0]:
+        return "n/a"
+    jobs_between = last[0] - first[0]
+    said = []
+    for name, a, b in (("workers", first[1], last[1]), ("PostgreSQL", first[2], last[2])):
+        per = (
+            "n/a" if a is None or b is None or not b else f"{1000 * (b - a) / jobs_between:.2f} ms"
+        )
+        said.append(f"{name} {per}")
+    return ", ".join(said)
 
 
 def latency(base: Path, n: int) -> None:
