@@ -262,6 +262,7 @@ class Worker:
         for rt in self.runtimes:
             if self.stopping.is_set():
                 break
+            self._put_back_lost(rt)
             with self._reserving() as free:
                 if free <= 0:
                     break
@@ -277,6 +278,22 @@ class Worker:
                     self._launch_safely(rt, row)
                     started += 1
         return started
+
+    def _put_back_lost(self, rt: Runtime) -> None:
+        """Jobs our claims took while their answer was lost (the database went
+        away after a claim or a refill committed, ``lost_claims``): never
+        launched, so they go back to the queue with their attempt given back,
+        instead of waiting for their heartbeat to go stale and be reaped as lost."""
+        try:
+            lost = rt.store.lost_claims()
+            back = sum(self._put_back(rt, row.record["job_id"]) for row in lost)
+        except Exception:
+            log.exception("putting back what lost claims took on %s failed", rt.store)
+            return
+        if lost:
+            log.warning(
+                "%d job(s) claimed while the store was unreachable: %d put back", len(lost), back
+            )
 
     @contextlib.contextmanager
     def _reserving(self) -> Iterator[int]:
@@ -394,6 +411,7 @@ class Worker:
             rt.wait_idle(timeout=max(deadline - time.monotonic(), 0.0))
         leftover = 0
         for rt in self.runtimes:
+            self._put_back_lost(rt)
             for job_id in rt.held_jobs():  # still running after the grace: put them back
                 leftover += self._put_back(rt, job_id)
             rt.close(wait=False)
@@ -411,7 +429,8 @@ class Worker:
         return 0
 
     def _put_back(self, rt: Runtime, job_id: str) -> int:
-        """Requeue a job whose body outlived the grace period (1 if written)."""
+        """Requeue a job of ours no body of ours runs (1 if written): one whose
+        body outlived the grace period, or one a lost claim took."""
         row = rt.store.get(job_id)
         if row is None or row.status.value != "running":
             return 0

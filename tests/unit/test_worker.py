@@ -8,13 +8,16 @@ import logging
 import threading
 
 import pytest
+from au import ComputationStatus
 
 from nw import jobs
 from nw.jobs.body import Launch
+from nw.jobs.errors import JobStoreUnreachable
 from nw.jobs.outcome import Ended, Ending, RetryPolicy, decide
 from nw.jobs.reaper import Reaper, RunnersRead
 from nw.jobs.stores import open_store
 from nw.jobs.worker import Worker
+from tests.conftest import purge_postgres_project, require_postgres
 from tests.helpers import wait_until
 
 KIND = "u.worker"
@@ -161,3 +164,96 @@ def test_slots_a_refill_in_flight_asked_for_are_taken_until_it_answers(project, 
     assert worker._refill_want([]) == cap
     worker._take(rt, [], cap)
     assert worker.busy == 0 and not worker._backlog  # fewer than asked: the queue is empty
+
+
+# ----- a claim whose answer was lost (PostgreSQL: the database went away after it committed)
+def _lose_the_answer_once(store, monkeypatch, what: str) -> list[str]:
+    """``what``'s next statement commits, then its caller hears only that the
+    database is unreachable (the reply lost, the retries given up)."""
+    real, lost = store.db.run, []
+
+    def run(fn, *, what: str):
+        result = real(fn, what=what)
+        if what == wanted and not lost:
+            lost.append(what)
+            raise JobStoreUnreachable(f"job store: {what} failed: the database is unreachable")
+        return result
+
+    wanted = what
+    monkeypatch.setattr(store.db, "run", run)
+    return lost
+
+
+@pytest.fixture
+def pg_worker(project, clock):
+    cfg = jobs.JobsConfig(database_url=require_postgres(), clock=clock)
+    jobs.register_kind(KIND, "tests.fixtures.bodies:noop")  # one attempt: a loss would fail it
+    w = Worker([project], config=cfg, kinds_=[KIND])
+    yield w
+    _close(w)
+    purge_postgres_project(project)
+
+
+@pytest.mark.postgres
+def test_jobs_a_claim_took_while_its_answer_was_lost_go_back_and_run(
+    project, pg_worker, monkeypatch
+):
+    # Given a queued job, and a claim that commits but whose answer never comes
+    w = pg_worker
+    (rt,) = w.runtimes
+    job = jobs.enqueue(project, KIND, {"i": 1}, config=w.config)
+    lost = _lose_the_answer_once(rt.store, monkeypatch, "claim")
+    assert w.claim_once() == 0 and lost
+    taken = rt.store.get(job.job_id)
+    assert taken.status.value == "running" and taken.record["runner_id"] == w.runner_id
+    # When the worker claims again, the database back
+    w.claim_once()
+    # Then the job it took blind went back to the queue and ran, on its first attempt
+    done = wait_until(
+        lambda: (
+            (j := jobs.get_job(project, job.job_id, config=w.config)).status
+            in jobs.TERMINAL_STATUSES
+            and j
+        ),
+        what="the job a lost claim took, run",
+    )
+    assert done.status == jobs.SUCCEEDED and done.attempt == 1
+
+
+@pytest.mark.postgres
+def test_jobs_a_refill_took_while_its_answer_was_lost_go_back_and_run(
+    project, pg_worker, monkeypatch
+):
+    # Given a job running (claimed by the worker) and one queued behind it
+    w = pg_worker
+    (rt,) = w.runtimes
+    first = jobs.enqueue(project, KIND, {"i": 1}, config=w.config)
+    second = jobs.enqueue(project, KIND, {"i": 2}, config=w.config)
+    (row,) = rt.store.claim([KIND], now=w.config.clock(), runner_id=w.runner_id, limit=1)
+    assert row.record["job_id"] == first.job_id
+    # When its finish, which claims the next job in its slot, commits but its
+    # answer never comes
+    w._backlog = True
+    lost = _lose_the_answer_once(rt.store, monkeypatch, "finish_many_and_claim")
+    with pytest.raises(JobStoreUnreachable):
+        rt.store.finish(
+            first.job_id,
+            au_status=ComputationStatus.COMPLETED,
+            result={"ok": 1},
+            error=None,
+            fields={"finished_at": w.config.clock()},
+            attempt=row.record["attempt"],
+        )
+    assert lost and rt.store.get(second.job_id).status.value == "running"
+    assert w.busy == 0  # the refill was answered: no slot stays reserved
+    # Then the next claim puts the job the refill took blind back, and it runs
+    w.claim_once()
+    done = wait_until(
+        lambda: (
+            (j := jobs.get_job(project, second.job_id, config=w.config)).status
+            in jobs.TERMINAL_STATUSES
+            and j
+        ),
+        what="the job a lost refill took, run",
+    )
+    assert done.status == jobs.SUCCEEDED and done.attempt == 1

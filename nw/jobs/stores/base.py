@@ -180,6 +180,15 @@ class JobStore(ABC):
         second), decided atomically with every other claim and start of that
         key; a full key's jobs are passed over, not waited for."""
 
+    def lost_claims(self) -> list[JobRow]:
+        """The jobs that claims of this handle took though they raised
+        ``JobStoreUnreachable`` (committed, then the answer was lost and the
+        retries gave up: a claim, or a finish's refill), each returned once,
+        as they stand now, when the store answers again; their claimer never
+        launched them. A store whose claims cannot be lost once committed has
+        none (the embedded one: no round trip)."""
+        return []
+
     # ----- limits ---------------------------------------------------------------
     @abstractmethod
     def set_limit(

@@ -48,6 +48,7 @@ loop, and the one place psycopg errors become ``JobStoreError``),
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -145,6 +146,9 @@ class PostgresJobStore(JobStore):
         self.read_only = read_only
         self.channel = channel_for(project_id)
         self._tls = threading.local()
+        self._lost_leases: list[str] = []
+        """Leases of claims that raised unreachable, maybe committed (``lost_claims``)."""
+        self._lost_lock = threading.Lock()
         self._finishes = GroupCommit(
             self._finish_many,
             key=lambda item: item["job_id"],
@@ -523,7 +527,31 @@ class PostgresJobStore(JobStore):
                     return [self._row(r) for r in got]
             return self._claim_rounds(conn, params, int(limit))
 
-        return self._write("claim", op)
+        with self._losing(params["lease"]):
+            return self._write("claim", op)
+
+    @contextlib.contextmanager
+    def _losing(self, lease: str) -> Iterator[None]:
+        """A claim under ``lease`` that raises unreachable may have committed:
+        its lease is kept for ``lost_claims``."""
+        try:
+            yield
+        except JobStoreUnreachable:
+            with self._lost_lock:
+                self._lost_leases.append(lease)
+            raise
+
+    def lost_claims(self) -> list[JobRow]:
+        """See ``JobStore.lost_claims``: the rows still under each lost lease
+        (a lease no claim committed has none)."""
+        with self._lost_lock:
+            leases = list(self._lost_leases)
+        rows = []
+        for lease in leases:  # rare: one statement per lost claim
+            rows += [self._row(r) for r in self._read("by_lease", {"lease": lease})]
+            with self._lost_lock:
+                self._lost_leases.remove(lease)
+        return rows
 
     def _claim_rounds(
         self,
@@ -720,7 +748,8 @@ class PostgresJobStore(JobStore):
             # the finishes are committed: the held keys' counts see them
             return done, self._claim_rounds(conn, params, int(want), first=picked)
 
-        return self._write("finish_many_and_claim", op)
+        with self._losing(claim["lease"]):
+            return self._write("finish_many_and_claim", op)
 
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
