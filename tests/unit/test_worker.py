@@ -257,3 +257,20 @@ def test_jobs_a_refill_took_while_its_answer_was_lost_go_back_and_run(
         what="the job a lost refill took, run",
     )
     assert done.status == jobs.SUCCEEDED and done.attempt == 1
+
+
+@pytest.mark.postgres
+def test_a_stopping_worker_puts_back_what_a_lost_claim_took(project, pg_worker, monkeypatch):
+    # Given a job a claim took while its answer was lost
+    w = pg_worker
+    (rt,) = w.runtimes
+    job = jobs.enqueue(project, KIND, {"i": 1}, config=w.config)
+    _lose_the_answer_once(rt.store, monkeypatch, "claim")
+    assert w.claim_once() == 0
+    assert rt.store.get(job.job_id).status.value == "running"
+    # When the worker stops before it claims again
+    w.stopping.set()
+    assert w._drain() == 0
+    # Then the job is back in the queue, its attempt not spent
+    back = jobs.get_job(project, job.job_id, config=w.config)
+    assert back.status == jobs.QUEUED and back.attempt == 0
