@@ -103,7 +103,7 @@ class Worker:
         self._count_lock = threading.Lock()
         """Jobs whose body stopped for the shutdown and went back to the queue."""
         self._listener = None
-        self._reaping = BeatReaping(lambda reaper, read: self._reap(reaper, read=read))
+        self._reaping = BeatReaping(self._after_beat)
         for project in self.projects:
             store = open_store(project, config, create=True)
             if self._listener is None:
@@ -211,6 +211,12 @@ class Worker:
         else:
             self._reaping.offer(reaper, read)
 
+    def _after_beat(self, reaper: Reaper, read: RunnersRead | None) -> None:
+        """On the reaping thread, after a beat that reached the store: put back
+        what lost claims took, then reap."""
+        self._put_back_lost(self.runtimes[self.reapers.index(reaper)])
+        self._reap(reaper, read=read)
+
     def recover(self) -> list[str]:
         """Reap what dead workers left running: a full pass of every project at
         boot (from then on each beat feeds its project's reaper, ``_beaten``).
@@ -262,7 +268,6 @@ class Worker:
         for rt in self.runtimes:
             if self.stopping.is_set():
                 break
-            self._put_back_lost(rt)
             with self._reserving() as free:
                 if free <= 0:
                     break
@@ -280,19 +285,25 @@ class Worker:
         return started
 
     def _put_back_lost(self, rt: Runtime) -> None:
-        """Jobs our claims took while their answer was lost (the database went
-        away after a claim or a refill committed, ``lost_claims``): never
-        launched, so they go back to the queue with their attempt given back,
-        instead of waiting for their heartbeat to go stale and be reaped as lost."""
+        """Jobs our claims took though they raised (``lost_claims``: the database
+        went away after a claim or a refill committed): never launched, so
+        they go back to the queue with their attempt given back (ended
+        cancelled if a cancel was asked meanwhile), instead of sitting running
+        until their heartbeat goes stale and being reaped as lost."""
         try:
             lost = rt.store.lost_claims()
-            back = sum(self._put_back(rt, row.record["job_id"]) for row in lost)
         except Exception:
-            log.exception("putting back what lost claims took on %s failed", rt.store)
+            log.exception("reading what lost claims took on %s failed", rt.store)
             return
+        back = 0
+        for row in lost:
+            try:
+                back += self._give_back(rt, row, cancelled=bool(row.record.get("cancel_requested")))
+            except Exception:  # its lease is kept: the next beat tries again
+                log.exception("job %s, taken by a lost claim: not put back", row.record["job_id"])
         if lost:
             log.warning(
-                "%d job(s) claimed while the store was unreachable: %d put back", len(lost), back
+                "%d job(s) taken by claims whose answer was lost: %d put back", len(lost), back
             )
 
     @contextlib.contextmanager
@@ -429,12 +440,17 @@ class Worker:
         return 0
 
     def _put_back(self, rt: Runtime, job_id: str) -> int:
-        """Requeue a job of ours no body of ours runs (1 if written): one whose
-        body outlived the grace period, or one a lost claim took."""
+        """Requeue a job whose body outlived the grace period (1 if written)."""
         row = rt.store.get(job_id)
         if row is None or row.status.value != "running":
             return 0
-        if row.record.get("runner_id") != self.runner_id:  # reaped and taken by another
+        return self._give_back(rt, row, cancelled=False)
+
+    def _give_back(self, rt: Runtime, row: JobRow, *, cancelled: bool) -> int:
+        """Requeue a running job of ours that no body of ours runs now, its
+        attempt not spent (``cancelled``: end it cancelled instead); 1 if
+        written. Not ours any more (reaped and taken by another): 0."""
+        if row.record.get("runner_id") != self.runner_id:
             return 0
         now = self.config.clock()
         decided = outcome.decide(
@@ -442,9 +458,9 @@ class Worker:
             row.record,
             outcome.RetryPolicy.of(row.record, self.config),
             now=now,
-            cancel_requested=False,
+            cancel_requested=cancelled,
         )
-        return int(outcome.write(rt.store, job_id, row.record["attempt"], decided))
+        return int(outcome.write(rt.store, row.record["job_id"], row.record["attempt"], decided))
 
     def stop(self, *_: Any) -> None:
         self.stopping.set()

@@ -441,3 +441,42 @@ def test_every_pooled_connection_walks_indexes_and_never_compiles(pg_url):
         pg_pool._configure(Recording())
         assert len(sent) == 1  # one statement string: one round trip
         assert [conn.execute(f"SHOW {name}").fetchone()[0] for name in names] == ["off"] * 3
+
+
+def test_what_lost_claims_took_is_read_until_it_is_put_back(two_queued, monkeypatch):
+    from nw.jobs.errors import JobStoreUnreachable
+
+    store, first, second = two_queued
+    now = 1_800_000_000.0
+    # Given two claims that each committed, their answers lost (the retries given up)
+    real_run = store.db.run
+
+    def answer_lost(fn, *, what):
+        real_run(fn, what=what)
+        raise JobStoreUnreachable(f"job store: {what} failed: the database is unreachable")
+
+    monkeypatch.setattr(store.db, "run", answer_lost)
+    for _ in range(2):
+        with pytest.raises(JobStoreUnreachable):
+            store.claim(["render"], now=now, runner_id="w", limit=1)
+    monkeypatch.undo()
+    # When reading what they took fails half-way
+    real_read, reads = store._read, []
+
+    def second_read_fails(what, args, query=None):
+        reads.append(what)
+        if len(reads) == 2:
+            raise JobStoreUnreachable("job store: the database is unreachable")
+        return real_read(what, args, query)
+
+    monkeypatch.setattr(store, "_read", second_read_fails)
+    with pytest.raises(JobStoreUnreachable):
+        store.lost_claims()
+    monkeypatch.undo()
+    # Then both jobs are read again, as often as asked, until they are put back
+    assert sorted(row.record["job_id"] for row in store.lost_claims()) == sorted([first, second])
+    assert [row.status.value for row in store.lost_claims()] == ["running", "running"]
+    for row in store.lost_claims():
+        job_id, attempt = row.record["job_id"], row.record["attempt"]
+        assert store.requeue(job_id, fields={}, not_before=now, attempt=attempt)
+    assert store.lost_claims() == []

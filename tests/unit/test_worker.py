@@ -167,21 +167,28 @@ def test_slots_a_refill_in_flight_asked_for_are_taken_until_it_answers(project, 
 
 
 # ----- a claim whose answer was lost (PostgreSQL: the database went away after it committed)
-def _lose_the_answer_once(store, monkeypatch, what: str) -> list[str]:
-    """``what``'s next statement commits, then its caller hears only that the
-    database is unreachable (the reply lost, the retries given up)."""
+def _lose_the_answer_once(store, monkeypatch, statement: str) -> list[str]:
+    """The next ``statement`` (a named operation) commits, then its caller hears
+    only that the database is unreachable (the reply lost, the retries given up)."""
     real, lost = store.db.run, []
 
     def run(fn, *, what: str):
         result = real(fn, what=what)
-        if what == wanted and not lost:
+        if what == statement and not lost:
             lost.append(what)
             raise JobStoreUnreachable(f"job store: {what} failed: the database is unreachable")
         return result
 
-    wanted = what
     monkeypatch.setattr(store.db, "run", run)
     return lost
+
+
+def _wait_put_back(project, w: Worker, job_id: str) -> None:
+    back = wait_until(
+        lambda: (j := jobs.get_job(project, job_id, config=w.config)).status == jobs.QUEUED and j,
+        what="the job a lost claim took, put back by a beat",
+    )
+    assert back.attempt == 0  # its attempt given back
 
 
 @pytest.fixture
@@ -206,7 +213,8 @@ def test_jobs_a_claim_took_while_its_answer_was_lost_go_back_and_run(
     assert w.claim_once() == 0 and lost
     taken = rt.store.get(job.job_id)
     assert taken.status.value == "running" and taken.record["runner_id"] == w.runner_id
-    # When the worker claims again, the database back
+    # When the worker beats, the database back, then claims again
+    _wait_put_back(project, w, job.job_id)
     w.claim_once()
     # Then the job it took blind went back to the queue and ran, on its first attempt
     done = wait_until(
@@ -246,7 +254,8 @@ def test_jobs_a_refill_took_while_its_answer_was_lost_go_back_and_run(
         )
     assert lost and rt.store.get(second.job_id).status.value == "running"
     assert w.busy == 0  # the refill was answered: no slot stays reserved
-    # Then the next claim puts the job the refill took blind back, and it runs
+    # Then its next beat puts the job the refill took blind back, and it runs
+    _wait_put_back(project, w, second.job_id)
     w.claim_once()
     done = wait_until(
         lambda: (
@@ -274,3 +283,26 @@ def test_a_stopping_worker_puts_back_what_a_lost_claim_took(project, pg_worker, 
     # Then the job is back in the queue, its attempt not spent
     back = jobs.get_job(project, job.job_id, config=w.config)
     assert back.status == jobs.QUEUED and back.attempt == 0
+
+
+@pytest.mark.postgres
+def test_a_job_a_lost_claim_took_and_a_person_cancelled_ends_cancelled(
+    project, pg_worker, monkeypatch
+):
+    # Given a job a claim took while its answer was lost, cancelled meanwhile
+    w = pg_worker
+    (rt,) = w.runtimes
+    job = jobs.enqueue(project, KIND, {"i": 1}, config=w.config)
+    _lose_the_answer_once(rt.store, monkeypatch, "claim")
+    assert w.claim_once() == 0
+    jobs.cancel_job(project, job.job_id, config=w.config)
+    # Then the worker's next beat ends it cancelled: no body ever ran it
+    ended = wait_until(
+        lambda: (
+            (j := jobs.get_job(project, job.job_id, config=w.config)).status
+            in jobs.TERMINAL_STATUSES
+            and j
+        ),
+        what="the cancelled job a lost claim took, ended",
+    )
+    assert ended.status == jobs.CANCELLED

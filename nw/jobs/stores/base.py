@@ -181,12 +181,13 @@ class JobStore(ABC):
         key; a full key's jobs are passed over, not waited for."""
 
     def lost_claims(self) -> list[JobRow]:
-        """The jobs that claims of this handle took though they raised
-        ``JobStoreUnreachable`` (committed, then the answer was lost and the
-        retries gave up: a claim, or a finish's refill), each returned once,
-        as they stand now, when the store answers again; their claimer never
-        launched them. A store whose claims cannot be lost once committed has
-        none (the embedded one: no round trip)."""
+        """The unfinished jobs taken by claims of this handle (``claim``, or a
+        finish's refill) that raised though they may have committed: their
+        answer was lost (the database went away past the retries) or a later
+        round failed. Their claimer never launched them. Each call returns
+        them as they stand until none is left unfinished (the claimer puts
+        them back in the queue). A store whose claims cannot be lost once
+        committed has none (the embedded one: no round trip)."""
         return []
 
     # ----- limits ---------------------------------------------------------------

@@ -146,8 +146,8 @@ class PostgresJobStore(JobStore):
         self.read_only = read_only
         self.channel = channel_for(project_id)
         self._tls = threading.local()
-        self._lost_leases: list[str] = []
-        """Leases of claims that raised unreachable, maybe committed (``lost_claims``)."""
+        self._lost_leases: set[str] = set()
+        """Leases of claims that raised, maybe committed (``lost_claims``)."""
         self._lost_lock = threading.Lock()
         self._finishes = GroupCommit(
             self._finish_many,
@@ -532,25 +532,30 @@ class PostgresJobStore(JobStore):
 
     @contextlib.contextmanager
     def _losing(self, lease: str) -> Iterator[None]:
-        """A claim under ``lease`` that raises unreachable may have committed:
+        """A claim under ``lease`` that raises may have committed (its answer
+        lost past the retries, or a later round failing after the first):
         its lease is kept for ``lost_claims``."""
         try:
             yield
-        except JobStoreUnreachable:
+        except JobStoreError:
             with self._lost_lock:
-                self._lost_leases.append(lease)
+                self._lost_leases.add(lease)
             raise
 
     def lost_claims(self) -> list[JobRow]:
-        """See ``JobStore.lost_claims``: the rows still under each lost lease
-        (a lease no claim committed has none)."""
+        """See ``JobStore.lost_claims``: the unfinished rows under each kept
+        lease; a lease is let go once nothing under it is unfinished (put
+        back, which clears the lease, or never committed)."""
         with self._lost_lock:
             leases = list(self._lost_leases)
         rows = []
         for lease in leases:  # rare: one statement per lost claim
-            rows += [self._row(r) for r in self._read("by_lease", {"lease": lease})]
-            with self._lost_lock:
-                self._lost_leases.remove(lease)
+            taken = [self._row(r) for r in self._read("by_lease", {"lease": lease})]
+            unfinished = [row for row in taken if row.record.get("finished_at") is None]
+            if not unfinished:
+                with self._lost_lock:
+                    self._lost_leases.discard(lease)
+            rows += unfinished
         return rows
 
     def _claim_rounds(
