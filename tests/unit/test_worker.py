@@ -201,30 +201,36 @@ def pg_worker(project, clock):
     purge_postgres_project(project)
 
 
-@pytest.mark.postgres
-def test_jobs_a_claim_took_while_its_answer_was_lost_go_back_and_run(
-    project, pg_worker, monkeypatch
-):
-    # Given a queued job, and a claim that commits but whose answer never comes
-    w = pg_worker
-    (rt,) = w.runtimes
-    job = jobs.enqueue(project, KIND, {"i": 1}, config=w.config)
+@pytest.fixture
+def lost_job(project, pg_worker, monkeypatch):
+    """A queued job that a claim of the worker took, the claim's answer lost."""
+    (rt,) = pg_worker.runtimes
+    job = jobs.enqueue(project, KIND, {"i": 1}, config=pg_worker.config)
     lost = _lose_the_answer_once(rt.store, monkeypatch, "claim")
-    assert w.claim_once() == 0 and lost
+    assert pg_worker.claim_once() == 0 and lost
     taken = rt.store.get(job.job_id)
-    assert taken.status.value == "running" and taken.record["runner_id"] == w.runner_id
-    # When the worker beats, the database back, then claims again
-    _wait_put_back(project, w, job.job_id)
-    w.claim_once()
-    # Then the job it took blind went back to the queue and ran, on its first attempt
-    done = wait_until(
+    assert taken.status.value == "running" and taken.record["runner_id"] == pg_worker.runner_id
+    return job
+
+
+def _wait_ended(project, w: Worker, job_id: str, what: str):
+    return wait_until(
         lambda: (
-            (j := jobs.get_job(project, job.job_id, config=w.config)).status
-            in jobs.TERMINAL_STATUSES
+            (j := jobs.get_job(project, job_id, config=w.config)).status in jobs.TERMINAL_STATUSES
             and j
         ),
-        what="the job a lost claim took, run",
+        what=what,
     )
+
+
+@pytest.mark.postgres
+def test_jobs_a_claim_took_while_its_answer_was_lost_go_back_and_run(project, pg_worker, lost_job):
+    # Given a job a claim took while its answer was lost
+    # When the worker beats, the database back, then claims again
+    _wait_put_back(project, pg_worker, lost_job.job_id)
+    pg_worker.claim_once()
+    # Then the job it took blind went back to the queue and ran, on its first attempt
+    done = _wait_ended(project, pg_worker, lost_job.job_id, "the job a lost claim took, run")
     assert done.status == jobs.SUCCEEDED and done.attempt == 1
 
 
@@ -257,52 +263,29 @@ def test_jobs_a_refill_took_while_its_answer_was_lost_go_back_and_run(
     # Then its next beat puts the job the refill took blind back, and it runs
     _wait_put_back(project, w, second.job_id)
     w.claim_once()
-    done = wait_until(
-        lambda: (
-            (j := jobs.get_job(project, second.job_id, config=w.config)).status
-            in jobs.TERMINAL_STATUSES
-            and j
-        ),
-        what="the job a lost refill took, run",
-    )
+    done = _wait_ended(project, w, second.job_id, "the job a lost refill took, run")
     assert done.status == jobs.SUCCEEDED and done.attempt == 1
 
 
 @pytest.mark.postgres
-def test_a_stopping_worker_puts_back_what_a_lost_claim_took(project, pg_worker, monkeypatch):
+def test_a_stopping_worker_puts_back_what_a_lost_claim_took(project, pg_worker, lost_job):
     # Given a job a claim took while its answer was lost
-    w = pg_worker
-    (rt,) = w.runtimes
-    job = jobs.enqueue(project, KIND, {"i": 1}, config=w.config)
-    _lose_the_answer_once(rt.store, monkeypatch, "claim")
-    assert w.claim_once() == 0
-    assert rt.store.get(job.job_id).status.value == "running"
     # When the worker stops before it claims again
-    w.stopping.set()
-    assert w._drain() == 0
+    pg_worker.stopping.set()
+    assert pg_worker._drain() == 0
     # Then the job is back in the queue, its attempt not spent
-    back = jobs.get_job(project, job.job_id, config=w.config)
+    back = jobs.get_job(project, lost_job.job_id, config=pg_worker.config)
     assert back.status == jobs.QUEUED and back.attempt == 0
 
 
 @pytest.mark.postgres
 def test_a_job_a_lost_claim_took_and_a_person_cancelled_ends_cancelled(
-    project, pg_worker, monkeypatch
+    project, pg_worker, lost_job
 ):
     # Given a job a claim took while its answer was lost, cancelled meanwhile
-    w = pg_worker
-    (rt,) = w.runtimes
-    job = jobs.enqueue(project, KIND, {"i": 1}, config=w.config)
-    _lose_the_answer_once(rt.store, monkeypatch, "claim")
-    assert w.claim_once() == 0
-    jobs.cancel_job(project, job.job_id, config=w.config)
+    jobs.cancel_job(project, lost_job.job_id, config=pg_worker.config)
     # Then the worker's next beat ends it cancelled: no body ever ran it
-    ended = wait_until(
-        lambda: (
-            (j := jobs.get_job(project, job.job_id, config=w.config)).status
-            in jobs.TERMINAL_STATUSES
-            and j
-        ),
-        what="the cancelled job a lost claim took, ended",
+    ended = _wait_ended(
+        project, pg_worker, lost_job.job_id, "the cancelled job a lost claim took, ended"
     )
     assert ended.status == jobs.CANCELLED
