@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,9 +188,11 @@ class EventSink:
 
 
 def run_attempt(
-    store: JobStore, row: JobRow, launch: Launch, config: JobsConfig
+    store: JobStore, row: JobRow, launch: Launch, config: JobsConfig, *, hand_over: bool = False
 ) -> ComputationResult:
-    """Run the body once and write its terminal state; returns what au middleware sees."""
+    """Run the body once and write its terminal state; returns what au middleware sees.
+    ``hand_over``: return once the outcome is handed to the store, not written;
+    the result's ``metadata["written"]`` is the future of the store's answer."""
     row = _fresh_attempt(store, _repredict(store, row, config))
     rec = row.record
     job_id, attempt = rec["job_id"], rec["attempt"]
@@ -232,8 +235,13 @@ def run_attempt(
             log.error("job %s crashed: %s (%s)", job_id, ending.message, decided.note)
         else:
             log.warning("job %s body raised %s", job_id, type(error).__name__)
-    _written(outcome.write(store, job_id, attempt, decided, value), job_id, attempt)
+    written = outcome.write_soon(store, job_id, attempt, decided, value)
     launch.decided = decided
+    if hand_over:  # the slot waits on ``written``, not this thread
+        meta["written"] = written
+        written.add_done_callback(lambda w: _written(w, job_id, attempt))
+    elif not written.result():  # a store error is raised here, as by ``write``
+        _refused(job_id, attempt)
     if decided.au_status is ComputationStatus.COMPLETED and error is None:
         meta["cached"] = meta["cached"] or bool(ending.fields.get("cached"))
         return ComputationResult(value, ComputationStatus.COMPLETED, metadata=meta)
@@ -301,11 +309,17 @@ def _repredict(store: JobStore, row: JobRow, config: JobsConfig) -> JobRow:
     return JobRow({**rec, **fields}, row.au_status, row.result, row.error)
 
 
-def _written(ok: bool, job_id: str, attempt: int) -> None:
-    if not ok:
-        log.warning(
-            "job %s: attempt %s is no longer current; its outcome was refused", job_id, attempt
-        )
+def _written(written: Future, job_id: str, attempt: int) -> None:
+    """A handed-over outcome, once the store answered."""
+    error = written.exception()
+    if error is not None:  # the store failed under the body: say so, loudly
+        log.error("job %s: could not record its outcome", job_id, exc_info=error)
+    elif not written.result():
+        _refused(job_id, attempt)
+
+
+def _refused(job_id: str, attempt: int) -> None:
+    log.warning("job %s: attempt %s is no longer current; its outcome was refused", job_id, attempt)
 
 
 def _cancel_requested(store: JobStore, job_id: str, launch: Launch, returned: bool) -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -269,11 +270,26 @@ def write(
     store: JobStore, job_id: str, attempt: int | None, outcome: Outcome, result: Any = None
 ) -> bool:
     """The outcome, written (fenced by ``attempt``); False when the attempt is stale."""
+    return write_soon(store, job_id, attempt, outcome, result).result()
+
+
+def write_soon(
+    store: JobStore, job_id: str, attempt: int | None, outcome: Outcome, result: Any = None
+) -> Future:
+    """``write`` as a future of its answer: a finish may still be on its way to
+    the commit when this returns (``JobStore.finish_soon``); a requeue is written."""
     if outcome.requeued:
-        return store.requeue(
-            job_id, fields=outcome.fields, not_before=outcome.due_at, attempt=attempt
-        )
-    return store.finish(
+        written: Future = Future()
+        try:
+            written.set_result(
+                store.requeue(
+                    job_id, fields=outcome.fields, not_before=outcome.due_at, attempt=attempt
+                )
+            )
+        except Exception as exc:
+            written.set_exception(exc)
+        return written
+    return store.finish_soon(
         job_id,
         au_status=outcome.au_status,
         result=result if outcome.au_status is ComputationStatus.COMPLETED else None,

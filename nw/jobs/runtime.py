@@ -95,6 +95,7 @@ class PooledThreadBackend(ThreadBackend):
         self._work(func, args, kwargs, key)
 
     def _work(self, func: Callable, args: tuple, kwargs: dict, key: str) -> None:
+        written = None
         try:
             self._run_middleware_before(func, args, kwargs, key)
             try:
@@ -104,13 +105,21 @@ class PooledThreadBackend(ThreadBackend):
                 error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
                 self._run_middleware_error(key, error)
                 return
+            written = (result.metadata or {}).pop("written", None)
             if result.status is ComputationStatus.COMPLETED:
                 self._run_middleware_after(key, result)
             else:
                 self._run_middleware_error(key, result.error or RuntimeError("failed"))
         finally:
-            if self._done is not None:  # after the middleware: learning is part of the job
-                self._done(key, args)
+            # After the middleware (learning is part of the job), and once the
+            # outcome is committed: the slot is let go only then (the callback
+            # runs at once if it is, else on the thread that commits it).
+            if self._done is not None:
+                done = self._done
+                if written is None:
+                    done(key, args)
+                else:
+                    written.add_done_callback(lambda _w: done(key, args))
 
     def shutdown(self, wait: bool = True) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
@@ -247,7 +256,7 @@ class Runtime:
     def _run(self, row: JobRow, launch: Launch) -> ComputationResult:
         job_id = row.record["job_id"]
         try:
-            return run_attempt(self.store, row, launch, self.config)
+            return run_attempt(self.store, row, launch, self.config, hand_over=True)
         except Exception as exc:  # the store failed under the body: say so, loudly
             log.exception("job %s: could not record its outcome", job_id)
             return ComputationResult(None, ComputationStatus.FAILED, error=exc)

@@ -386,23 +386,6 @@ def test_a_refill_whose_statement_fails_is_answered_with_no_rows(two_queued):
     assert store.get(queued).status.value == "queued"
 
 
-def test_every_refill_a_thread_led_is_answered_even_if_one_answer_raises():
-    from nw.jobs.stores.base import Refill
-    from nw.jobs.stores.postgres import _answer
-
-    answered = []
-
-    def take(rows, asked):
-        answered.append(asked)
-        if asked == 1:
-            raise KeyboardInterrupt
-
-    refill = Refill(kinds=list, runner_id="w", want=len, take=take, clock=float)
-    with pytest.raises(KeyboardInterrupt):
-        _answer([(refill, [], 1), (refill, None, 2), (refill, [], 3)])
-    assert answered == [1, 2, 3]  # each holds slots the worker counts as taken
-
-
 def test_a_database_missing_a_migration_below_its_highest_is_behind(fresh_db):
     from nw.jobs.stores.postgres import PostgresJobStore, migrate
 

@@ -175,66 +175,42 @@ def test_lanes_are_at_least_one():
         GroupCommit(lambda items: items, lanes=0)
 
 
-class _WakesThenInterrupted(threading.Event):
-    """A waiter's event that is woken, then interrupted (a Ctrl-C as it wakes)."""
-
-    def wait(self, timeout=None):
-        super().wait(timeout)
-        raise KeyboardInterrupt
-
-
-def _interrupted_submit(gc, item, monkeypatch, errors):
-    """``submit(item)`` on a thread whose wait is interrupted once it is woken."""
-    import nw.jobs.stores.group_commit as module
-
-    class Pending(module._Pending):
-        def __init__(self, item_, key):
-            super().__init__(item_, key)
-            if item_ == item:
-                self.wake = _WakesThenInterrupted()
-
-    def run():
-        try:
-            gc.submit(item)
-        except KeyboardInterrupt as exc:
-            errors.append(exc)
-
-    monkeypatch.setattr(module, "_Pending", Pending)
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    wait_until(lambda: any(p.item == item for p in gc._queue), what=f"{item} waiting")
-    return t
-
-
-def _interrupted_behind_a_batch(monkeypatch):
-    """Batch "a" in flight (two lanes, a crowd of 4) and "b" waiting behind it
-    on a thread that is interrupted as soon as it is woken."""
+def test_a_caller_that_does_not_wait_is_free_before_its_item_is_written():
+    # Given a batch in flight that the test holds
     flush = Flushes(hold={"a"})
-    gc = GroupCommit(flush, lanes=2, crowd=4)
-    first, _ = submit_all(gc, ["a"])
-    wait_until(lambda: flush.flushed("a"), what="the first batch in flight")
-    errors: list[BaseException] = []
-    b = _interrupted_submit(gc, "b", monkeypatch, errors)
-    return flush, gc, [*first, b], errors
-
-
-def test_a_waiter_interrupted_once_handed_a_batch_gives_its_lane_back(monkeypatch):
-    flush, gc, threads, errors = _interrupted_behind_a_batch(monkeypatch)
-    # When "a" is written, "b" is handed its batch and is interrupted as it wakes
+    gc = GroupCommit(flush)
+    first = gc.submit_soon("a")
+    wait_until(lambda: flush.flushed("a"), what="the batch in flight")
+    # When another item is handed over without waiting
+    later = gc.submit_soon("b")
+    # Then both callers are free while nothing is written yet
+    assert not first.done() and not later.done()
     flush.release.set()
-    join(threads)
-    assert len(errors) == 1 and not flush.flushed("b")  # it raised: its item was not written
-    # Then the lane is free again: a lone item goes at once, not behind a lost batch
-    later, results = submit_all(gc, ["c"])
-    join(later)
-    assert results == {"c": "done:c"}
+    assert first.result(10) == "done:a" and later.result(10) == "done:b"
+    assert flush.batches == [["a"], ["b"]]
 
 
-def test_a_waiter_interrupted_once_handed_a_batch_hands_it_to_the_next_waiter(monkeypatch):
-    flush, gc, threads, errors = _interrupted_behind_a_batch(monkeypatch)
-    rest, results = submit_all(gc, ["d"])
-    queued(gc, 2)
+def test_a_waiter_interrupted_leaves_its_item_to_be_written():
+    flush = Flushes(hold={"a"})
+    gc = GroupCommit(flush)
+    gc.submit_soon("a")
+    wait_until(lambda: flush.flushed("a"), what="the batch in flight")
+    # When a caller that waits for "b" is interrupted (its future abandoned)
+    abandoned = gc.submit_soon("b")
+    with pytest.raises(TimeoutError):
+        abandoned.result(0.01)
     flush.release.set()
-    join([*threads, *rest])
-    assert len(errors) == 1
-    assert results == {"d": "done:d"} and flush.batches[-1] == ["d"]
+    # Then "b" is written all the same, and the group goes on
+    assert abandoned.result(10) == "done:b" and gc.submit("c") == "done:c"
+
+
+def test_committers_go_away_when_idle_and_come_back_for_more():
+    flush = Flushes()
+    gc = GroupCommit(flush, lanes=2, idle_s=0.05, name="nw-commit-test")
+
+    def committers() -> int:
+        return sum(t.name == "nw-commit-test" for t in threading.enumerate())
+
+    assert gc.submit("a") == "done:a"
+    wait_until(lambda: committers() == 0, what="the idle committer gone")
+    assert gc.submit("b") == "done:b" and flush.batches == [["a"], ["b"]]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -225,6 +226,36 @@ class JobStore(ABC):
     ) -> bool:
         """Terminal status entry and record fields (``finished_at`` among them)
         in one transaction; fenced like ``patch``."""
+
+    def finish_soon(
+        self,
+        job_id: str,
+        *,
+        au_status: ComputationStatus,
+        result: Any,
+        error: str | None,
+        fields: Mapping[str, Any],
+        attempt: int | None,
+    ) -> Future:
+        """``finish`` as a future of its answer, for a caller that need not wait
+        for the commit (a body's thread: its slot waits on the future instead).
+        A store that commits finishes in groups returns before the commit; this
+        one writes first (an error raised by the write is the future's)."""
+        written: Future = Future()
+        try:
+            written.set_result(
+                self.finish(
+                    job_id,
+                    au_status=au_status,
+                    result=result,
+                    error=error,
+                    fields=fields,
+                    attempt=attempt,
+                )
+            )
+        except Exception as exc:
+            written.set_exception(exc)
+        return written
 
     @abstractmethod
     def requeue(

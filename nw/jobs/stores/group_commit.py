@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 
 class GroupCommit:
     """Coalesces concurrent calls of one write into batches (group commit).
 
-    ``submit(item)`` blocks until the item is written and returns its result.
-    A caller that finds a lane free (fewer than ``lanes`` batches in flight)
-    leads: it takes every item queued so far (oldest first, one per ``key``,
-    and none whose key is in a batch in flight), runs ``flush(items) ->
-    results`` once, outside the lock, and hands each waiter its result or the
-    batch's exception. It then hands the lane on: the oldest waiter of the next
-    batch leads that one. A lone caller pays nothing extra (its batch is
-    itself); N threads finishing at once pay one round trip and one commit
-    instead of N, and with two lanes the finishes that end while one batch is
-    in flight go out in a second, rather than waiting behind it.
+    ``submit_soon(item)`` queues the item and returns a ``Future`` of its
+    result at once; ``submit(item)`` waits for that result. The group's own
+    committer threads write: each takes every item queued so far (oldest
+    first, one per ``key``, and none whose key is in a batch in flight), runs
+    ``flush(items) -> results`` once, and resolves each item's future with its
+    result or the batch's exception. One committer runs while anything waits;
+    a second (up to ``lanes``) starts when ``crowd`` items wait while a batch
+    is in flight, so the finishes that end meanwhile go out beside it rather
+    than behind it. A committer with nothing to do for ``idle_s`` goes away.
 
-    Every waiter sleeps on its own event and is woken once, when its item is
-    written or its batch is handed to it, and only after the lock is released
-    (its first step is to take it).
+    A caller that does not wait (a job's body handing over its finish) is free
+    at once: only its future, and what is chained to it, waits for the commit.
+    N callers at once pay one round trip and one commit instead of N.
     """
 
     def __init__(
@@ -34,59 +34,55 @@ class GroupCommit:
         limit: int = 256,
         lanes: int = 1,
         crowd: int = 1,
+        idle_s: float = 1.0,
+        name: str = "nw-commit",
     ):
         if lanes < 1:
             raise ValueError(f"a group commit needs at least one lane, not {lanes}")
         self._flush, self._key, self._limit, self._lanes = flush, key, limit, lanes
-        self._crowd = crowd
+        self._crowd, self._idle_s, self._name = crowd, idle_s, name
         self._lock = threading.Lock()
+        self._more = threading.Condition(self._lock)
+        """Notified when an item is queued or a batch is done."""
         self._queue: list[_Pending] = []
         self._flying: set[Any] = set()
         """The keys of the items in batches in flight."""
         self._batches = 0
         """Batches in flight (at most ``lanes``)."""
+        self._committers = 0
+        """Committer threads alive (at most ``lanes``)."""
 
     def submit(self, item: Any) -> Any:
-        mine = _Pending(item, self._key(item) if self._key else object())
-        with self._lock:
-            self._queue.append(mine)
-            batch = self._next_batch()
-        while not mine.done:
-            if batch is None:  # wait until written, or handed a batch to lead
-                try:
-                    mine.wake.wait()
-                except BaseException:  # e.g. Ctrl-C: nobody else may be left waiting on us
-                    self._abandon(mine)
-                    raise
-                with self._lock:
-                    mine.wake.clear()
-                    batch, mine.batch = mine.batch, None
-            else:  # lead it (a batch over ``limit`` may not hold mine: then wait on)
-                self._run(batch)
-                batch = None
-        return mine.value()
+        """The item's result once written (its exception raised)."""
+        return self.submit_soon(item).result()
 
-    def _abandon(self, mine: _Pending) -> None:
-        """A waiter interrupted: its item is dropped if no batch holds it yet;
-        a batch handed to it goes on to another of its waiters, or, held by no
-        one else, gives its lane back."""
+    def submit_soon(self, item: Any) -> Future:
+        """Queue the item; its future resolves once it is written."""
+        pending = _Pending(item, self._key(item) if self._key else object())
         with self._lock:
-            batch, mine.batch = mine.batch, None
-            woken: list[_Pending] = []
-            if batch is None:
-                if mine in self._queue:  # never taken: never written
-                    self._queue.remove(mine)
+            self._queue.append(pending)
+            if self._committers == 0 or (
+                self._committers == self._batches
+                and self._committers < self._lanes
+                and len(self._queue) >= self._crowd
+            ):
+                self._committers += 1
+                threading.Thread(target=self._commit, name=self._name, daemon=True).start()
             else:
-                self._flying.discard(mine.key)
-                others = [p for p in batch if p is not mine]
-                if others:
-                    others[0].batch = others
-                    woken.append(others[0])
-                else:
-                    self._batches -= 1
-                    woken = self._hand_on()
-        for pending in woken:
-            pending.wake.set()
+                self._more.notify()
+        return pending.future
+
+    def _commit(self) -> None:
+        """A committer: write batches while there are any, then go away."""
+        while True:
+            with self._lock:
+                batch = self._next_batch()
+                while batch is None:
+                    if not self._more.wait(self._idle_s) and not self._queue:
+                        self._committers -= 1
+                        return
+                    batch = self._next_batch()
+            self._run(batch)
 
     def _run(self, batch: list[_Pending]) -> None:
         try:
@@ -97,23 +93,12 @@ class GroupCommit:
         except BaseException as exc:
             results, failure = [None] * len(batch), exc
         with self._lock:
-            for pending, result in zip(batch, results, strict=True):
-                pending.finish(result, failure)
+            for pending in batch:
                 self._flying.discard(pending.key)
             self._batches -= 1
-            woken = batch + self._hand_on()
-        # Woken once the lock is free: a waiter's first step is to take it.
-        for pending in woken:
-            pending.wake.set()
-
-    def _hand_on(self) -> list[_Pending]:
-        """Hand the batches that can go now to their oldest waiters (to be
-        woken); the caller holds the lock."""
-        leads = []
-        while (following := self._next_batch()) is not None:
-            following[0].batch = following
-            leads.append(following[0])
-        return leads
+            self._more.notify_all()  # a lane and its keys are free again
+        for pending, result in zip(batch, results, strict=True):
+            pending.resolve(result, failure)
 
     def _next_batch(self) -> list[_Pending] | None:
         """The next batch if a lane is free (oldest first, one item per key, no
@@ -139,20 +124,15 @@ class GroupCommit:
 
 
 class _Pending:
-    __slots__ = ("batch", "done", "error", "item", "key", "result", "wake")
+    __slots__ = ("future", "item", "key")
 
     def __init__(self, item: Any, key: Any):
-        self.item, self.key, self.done, self.result, self.error = item, key, False, None, None
-        self.batch: list[_Pending] | None = None
-        self.wake = threading.Event()
+        self.item, self.key, self.future = item, key, Future()
 
-    def finish(self, result: Any, error: BaseException | None) -> None:
-        self.result, self.error, self.done = result, error, True
-
-    def value(self) -> Any:
-        """The result; an exception (the batch's, or this item's own) is raised."""
-        if self.error is not None:
-            raise self.error
-        if isinstance(self.result, BaseException):
-            raise self.result
-        return self.result
+    def resolve(self, result: Any, failure: BaseException | None) -> None:
+        """The item's future: the batch's exception, the item's own, or its result."""
+        error = failure if failure is not None else result
+        if isinstance(error, BaseException):
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(result)

@@ -55,6 +55,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
 
@@ -663,34 +664,52 @@ class PostgresJobStore(JobStore):
         fields: Mapping[str, Any],
         attempt: int | None,
     ) -> bool:
-        if self.read_only:
-            raise JobStoreError("this job store was opened read-only")
-        cols, doc = self._patch_fields(fields)
-        item = {
-            "job_id": job_id,
-            "attempt": attempt,
-            "au_status": ComputationStatus(au_status).value,
-            "value": result,
-            "error": error,
-            "cols": cols,
-            "doc": doc,
-        }
-        _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
+        return self.finish_soon(
+            job_id, au_status=au_status, result=result, error=error, fields=fields, attempt=attempt
+        ).result()
+
+    def finish_soon(
+        self,
+        job_id: str,
+        *,
+        au_status: ComputationStatus,
+        result: Any,
+        error: str | None,
+        fields: Mapping[str, Any],
+        attempt: int | None,
+    ) -> Future:
+        """See ``JobStore.finish_soon``: the finish joins the group commit."""
         try:
-            return self._finishes.submit(item)
-        finally:  # this thread led batches that refilled: committed, now run them
-            claimed, self._tls.claimed = getattr(self._tls, "claimed", None), None
-            _answer(claimed or [])
+            if self.read_only:
+                raise JobStoreError("this job store was opened read-only")
+            cols, doc = self._patch_fields(fields)
+            item = {
+                "job_id": job_id,
+                "attempt": attempt,
+                "au_status": ComputationStatus(au_status).value,
+                "value": result,
+                "error": error,
+                "cols": cols,
+                "doc": doc,
+            }
+            _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
+        except Exception as exc:
+            refused: Future = Future()
+            refused.set_exception(exc)
+            return refused
+        return self._finishes.submit_soon(item)
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """One statement for a batch of finishes; on a database error other than
         an unreachable database, each item again alone (so one bad item fails alone).
         With a worker's ``refill`` the batch also claims the jobs that take the
-        finished ones' slots, in the same statement (``finish_many_and_claim``)."""
+        finished ones' slots, in the same statement (``finish_many_and_claim``),
+        and hands them over once it committed, before the finishes' futures
+        resolve (so before their slots are let go)."""
         refill = self.refill
         want = refill.want([item["job_id"] for item in items]) if refill is not None else 0
         if want > 0:
-            rows = None  # the claim's answer, taken by this thread once its submit returns
+            rows = None  # the claim's answer: None, the claim was not made
             try:
                 done, rows = self._finish_and_claim(items, refill, want)
             except JobStoreUnreachable:
@@ -700,8 +719,7 @@ class PostgresJobStore(JobStore):
             else:
                 return [item["job_id"] in done for item in items]
             finally:
-                claimed = getattr(self._tls, "claimed", None) or []
-                self._tls.claimed = [*claimed, (refill, rows, want)]
+                refill.take(rows, want)
         try:
             done = self._exec(
                 "finish_many",
@@ -976,17 +994,6 @@ class PostgresJobStore(JobStore):
             "completed_at": _aware(result.completed_at),
         }
         self._exec("put_status", args)
-
-
-def _answer(claimed: list[tuple[Refill, list[JobRow] | None, int]]) -> None:
-    """Each refill's ``take``, every one of them even if one raises (each
-    answers a ``want`` whose slots the worker holds until then)."""
-    if claimed:
-        (refill, rows, asked), rest = claimed[0], claimed[1:]
-        try:
-            refill.take(rows, asked)
-        finally:
-            _answer(rest)
 
 
 def _aware(when: datetime | None) -> datetime | None:
