@@ -142,6 +142,12 @@ class Runtime:
         self.config = config
         self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._on_release = on_release
+        self._hand_over = role != RUNNER_INPROC
+        """A worker's body thread hands its outcome to the store and is free at
+        once; the slot waits for the commit (its claims never outnumber its
+        slots). An in-process body's thread waits for the commit itself: its
+        pool also starts the jobs queued for a thread, and an exiting process
+        joins that thread, so a result is never left uncommitted."""
         self.on_beat: Callable[[RunnersRead | bool | None], None] | None = None
         """Called on the beat thread after each beat, with the runners it read
         (None: it read none; False: the beat failed). A worker feeds its reaper."""
@@ -256,7 +262,7 @@ class Runtime:
     def _run(self, row: JobRow, launch: Launch) -> ComputationResult:
         job_id = row.record["job_id"]
         try:
-            return run_attempt(self.store, row, launch, self.config, hand_over=True)
+            return run_attempt(self.store, row, launch, self.config, hand_over=self._hand_over)
         except Exception as exc:  # the store failed under the body: say so, loudly
             log.exception("job %s: could not record its outcome", job_id)
             return ComputationResult(None, ComputationStatus.FAILED, error=exc)

@@ -289,3 +289,78 @@ def test_a_job_a_lost_claim_took_and_a_person_cancelled_ends_cancelled(
         project, pg_worker, lost_job.job_id, "the cancelled job a lost claim took, ended"
     )
     assert ended.status == jobs.CANCELLED
+
+
+@pytest.mark.postgres
+def test_a_workers_body_thread_is_free_before_its_finish_commits_but_not_its_slot(
+    project, clock, monkeypatch
+):
+    # Given a one-slot worker whose finishes are held before they commit
+    cfg = jobs.JobsConfig(database_url=require_postgres(), clock=clock, max_concurrent=1)
+    jobs.register_kind(KIND, "tests.fixtures.bodies:noop")
+    w = Worker([project], config=cfg, kinds_=[KIND])
+    try:
+        (rt,) = w.runtimes
+        first = jobs.enqueue(project, KIND, {"i": 1}, config=cfg)
+        second = jobs.enqueue(project, KIND, {"i": 2}, config=cfg)
+        entered, release = threading.Event(), threading.Event()
+        real = rt.store._finish_many
+
+        def held(items):
+            entered.set()
+            assert release.wait(10), "the test never let the commit go"
+            return real(items)
+
+        monkeypatch.setattr(rt.store._finishes, "_flush", held)
+        assert w.claim_once() == 1
+        assert entered.wait(10), "the first body's finish never reached the store"
+        # Then its slot is still taken (the finish is not committed) ...
+        assert w.busy == 1 and rt.store.get(first.job_id).status.value == "running"
+        # ... while its thread already ran the next job claimed into the pool
+        (row,) = rt.store.claim([KIND], now=clock.now, runner_id=w.runner_id, limit=1)
+        rt.run_claimed(row, Launch(fn=lambda p, q: {"ok": 2}, project=project))
+        wait_until(lambda: len(rt.store._finishes._queue) == 1, what="the second finish queued")
+        release.set()
+        for job in (first, second):
+            _wait_ended(project, w, job.job_id, "both finishes committed")
+        wait_until(lambda: w.busy == 0, what="both slots let go once committed")
+    finally:
+        _close(w)
+        purge_postgres_project(project)
+
+
+@pytest.mark.postgres
+def test_an_in_process_body_thread_waits_for_its_commit_before_the_next_job_starts(
+    project, clock, monkeypatch
+):
+    from nw.jobs.runtime import Runtime
+    from nw.jobs.stores.postgres import PostgresJobStore
+    from tests.contract.test_store_contract import record
+
+    # Given an in-process runtime of one thread, two jobs queued for it, and a
+    # commit of the first's finish that waits (up to a second) for the second to run
+    cfg = jobs.JobsConfig(database_url=require_postgres(), clock=clock, max_concurrent=1)
+    store = PostgresJobStore(cfg.database_url, project.project_id)
+    rt = Runtime(store, cfg)
+    second_ran, seen = threading.Event(), []
+    real = store._finish_many
+
+    def commit(items):
+        if not seen:
+            seen.append(second_ran.wait(1.0))  # a deadline: the second must not run
+        return real(items)
+
+    monkeypatch.setattr(store._finishes, "_flush", commit)
+    try:
+        ids = []
+        for i, fn in enumerate([lambda p, q: {"ok": 1}, lambda p, q: second_ran.set()]):
+            row, _ = store.create(record(at=clock.now + i), claimable=False)
+            ids.append(row.record["job_id"])
+            rt.submit(ids[-1], Launch(fn=fn, project=project))
+        assert rt.wait_idle(timeout=10)
+        # Then the second ran only once the first's outcome was committed
+        assert seen == [False]
+        assert [store.get(i).status.value for i in ids] == ["succeeded", "succeeded"]
+    finally:
+        rt.close(wait=False)
+        purge_postgres_project(project)
