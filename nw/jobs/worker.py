@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from au import ComputationStatus
@@ -334,25 +335,32 @@ class Worker:
             else:
                 message = f"the worker could not launch this job: {type(exc).__name__}: {exc}"
                 log.exception("job %s could not be launched", job_id)
-            try:
-                rt.store.finish(
-                    job_id,
-                    au_status=ComputationStatus.FAILED,
-                    result=None,
-                    error=message,
-                    fields={
-                        "finished_at": self.config.clock(),
-                        "error": message,
-                        "error_kind": "crashed",
-                        **outcome.closed_attempts(
-                            row.record, ended="failed", at=self.config.clock(), error=message
-                        ),
-                    },
-                    attempt=row.record.get("attempt"),
-                )
-            except Exception:
-                log.exception("job %s: could not record the failed launch", job_id)
-            self._released(job_id)
+            # Not waited for here (this may be a committer's thread, launching a
+            # refill): the slot is let go once the failure is written.
+            written = rt.store.finish_soon(
+                job_id,
+                au_status=ComputationStatus.FAILED,
+                result=None,
+                error=message,
+                fields={
+                    "finished_at": self.config.clock(),
+                    "error": message,
+                    "error_kind": "crashed",
+                    **outcome.closed_attempts(
+                        row.record, ended="failed", at=self.config.clock(), error=message
+                    ),
+                },
+                attempt=row.record.get("attempt"),
+            )
+            written.add_done_callback(lambda w: self._launch_failed(w, job_id))
+
+    def _launch_failed(self, written: Future, job_id: str) -> None:
+        """A job that could not be launched: its failure written (or not), its slot free."""
+        if written.exception() is not None:
+            log.error(
+                "job %s: could not record the failed launch", job_id, exc_info=written.exception()
+            )
+        self._released(job_id)
 
     def _launch(self, rt: Runtime, row: JobRow) -> None:
         rec = row.record

@@ -214,3 +214,15 @@ def test_committers_go_away_when_idle_and_come_back_for_more():
     assert gc.submit("a") == "done:a"
     wait_until(lambda: committers() == 0, what="the idle committer gone")
     assert gc.submit("b") == "done:b" and flush.batches == [["a"], ["b"]]
+
+
+def test_a_committer_that_would_wait_on_its_own_group_fails_instead_of_stalling():
+    def flush(items):
+        if items == ["outer"]:
+            gc.submit("inner")  # e.g. a callback writing through the group and waiting
+        return items
+
+    gc = GroupCommit(flush)
+    with pytest.raises(RuntimeError, match="cannot wait on the group"):
+        gc.submit("outer")
+    assert gc.submit("after") == "after"

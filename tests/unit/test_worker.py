@@ -140,9 +140,9 @@ def test_a_job_that_cannot_launch_fails_and_frees_its_slot(project, worker, cloc
     worker._kinds = ["u.missing"]
     job = jobs.enqueue(project, "u.missing", {}, config=worker.config)
     assert worker.claim_once() == 1
-    failed = jobs.get_job(project, job.job_id, config=worker.config)
+    failed = _wait_ended(project, worker, job.job_id, "the job that cannot launch, failed")
     assert failed.status == jobs.FAILED and "no_such_module" in failed.error
-    assert worker.busy == 0
+    wait_until(lambda: worker.busy == 0, what="its slot let go once the failure is written")
 
 
 def test_slots_a_refill_in_flight_asked_for_are_taken_until_it_answers(project, worker, clock):
@@ -363,4 +363,37 @@ def test_an_in_process_body_thread_waits_for_its_commit_before_the_next_job_star
         assert [store.get(i).status.value for i in ids] == ["succeeded", "succeeded"]
     finally:
         rt.close(wait=False)
+        purge_postgres_project(project)
+
+
+@pytest.mark.postgres
+def test_a_refilled_job_that_cannot_launch_fails_without_stalling_the_finishes(project, clock):
+    # Given a worker running a job, and behind it a job of a kind that cannot load
+    cfg = jobs.JobsConfig(database_url=require_postgres(), clock=clock, max_concurrent=1)
+    jobs.register_kind(KIND, "tests.fixtures.bodies:noop")
+    jobs.register_kind("u.missing", "tests.fixtures.no_such_module:render")
+    w = Worker([project], config=cfg, kinds_=[KIND, "u.missing"])
+    try:
+        (rt,) = w.runtimes
+        first = jobs.enqueue(project, KIND, {"i": 1}, config=cfg)
+        broken = jobs.enqueue(project, "u.missing", {}, config=cfg)
+        (row,) = rt.store.claim([KIND], now=clock.now, runner_id=w.runner_id, limit=1)
+        assert row.record["job_id"] == first.job_id
+        # When the first finishes and its refill claims the broken one in its slot
+        w._backlog = True
+        written = rt.store.finish_soon(
+            first.job_id,
+            au_status=ComputationStatus.COMPLETED,
+            result={"ok": 1},
+            error=None,
+            fields={"finished_at": clock.now},
+            attempt=row.record["attempt"],
+        )
+        # Then the finish is answered, the broken job failed, and its slot is free
+        assert written.result(10) is True
+        failed = _wait_ended(project, w, broken.job_id, "the job that cannot launch, failed")
+        assert failed.status == jobs.FAILED and "no_such_module" in failed.error
+        wait_until(lambda: w.busy == 0, what="the slot let go")
+    finally:
+        _close(w)
         purge_postgres_project(project)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
+
+_committing = threading.local()
+"""``group``: the group whose committer this thread is."""
 
 
 class GroupCommit:
@@ -53,7 +57,11 @@ class GroupCommit:
         """Committer threads alive (at most ``lanes``)."""
 
     def submit(self, item: Any) -> Any:
-        """The item's result once written (its exception raised)."""
+        """The item's result once written (its exception raised). Never from a
+        committer of this group (what its futures' callbacks run): it would
+        wait on itself."""
+        if getattr(_committing, "group", None) is self:
+            raise RuntimeError("a group commit's committer cannot wait on the group")
         return self.submit_soon(item).result()
 
     def submit_soon(self, item: Any) -> Future:
@@ -67,13 +75,19 @@ class GroupCommit:
                 and len(self._queue) >= self._crowd
             ):
                 self._committers += 1
-                threading.Thread(target=self._commit, name=self._name, daemon=True).start()
+                try:
+                    threading.Thread(target=self._commit, name=self._name, daemon=True).start()
+                except BaseException:
+                    self._committers -= 1
+                    self._queue.remove(pending)
+                    raise
             else:
                 self._more.notify()
         return pending.future
 
     def _commit(self) -> None:
         """A committer: write batches while there are any, then go away."""
+        _committing.group = self
         while True:
             with self._lock:
                 batch = self._next_batch()
@@ -130,9 +144,11 @@ class _Pending:
         self.item, self.key, self.future = item, key, Future()
 
     def resolve(self, result: Any, failure: BaseException | None) -> None:
-        """The item's future: the batch's exception, the item's own, or its result."""
+        """The item's future: the batch's exception, the item's own, or its result
+        (a future someone cancelled meanwhile is left as it is)."""
         error = failure if failure is not None else result
-        if isinstance(error, BaseException):
-            self.future.set_exception(error)
-        else:
-            self.future.set_result(result)
+        with contextlib.suppress(InvalidStateError):
+            if isinstance(error, BaseException):
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
