@@ -236,12 +236,13 @@ def run_attempt(
         else:
             log.warning("job %s body raised %s", job_id, type(error).__name__)
     written = outcome.write_soon(store, job_id, attempt, decided, value)
-    launch.decided = decided
     if hand_over:  # the slot waits on ``written``, not this thread
         meta["written"] = written
-        written.add_done_callback(lambda w: _written(w, job_id, attempt))
-    elif not written.result():  # a store error is raised here, as by ``write``
-        _refused(job_id, attempt)
+        written.add_done_callback(lambda w: _written(w, launch, decided, job_id, attempt))
+    else:  # a store error is raised here, as by ``write``
+        if not written.result():
+            _refused(job_id, attempt)
+        launch.decided = decided
     if decided.au_status is ComputationStatus.COMPLETED and error is None:
         meta["cached"] = meta["cached"] or bool(ending.fields.get("cached"))
         return ComputationResult(value, ComputationStatus.COMPLETED, metadata=meta)
@@ -309,13 +310,18 @@ def _repredict(store: JobStore, row: JobRow, config: JobsConfig) -> JobRow:
     return JobRow({**rec, **fields}, row.au_status, row.result, row.error)
 
 
-def _written(written: Future, job_id: str, attempt: int) -> None:
-    """A handed-over outcome, once the store answered."""
+def _written(
+    written: Future, launch: Launch, decided: outcome.Outcome, job_id: str, attempt: int
+) -> None:
+    """A handed-over outcome, once the store answered (before its slot is let
+    go: the runtime's callback comes after this one)."""
     error = written.exception()
     if error is not None:  # the store failed under the body: say so, loudly
         log.error("job %s: could not record its outcome", job_id, exc_info=error)
-    elif not written.result():
+        return
+    if not written.result():
         _refused(job_id, attempt)
+    launch.decided = decided
 
 
 def _refused(job_id: str, attempt: int) -> None:

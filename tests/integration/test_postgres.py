@@ -463,3 +463,41 @@ def test_what_lost_claims_took_is_read_until_it_is_put_back(two_queued, monkeypa
         job_id, attempt = row.record["job_id"], row.record["attempt"]
         assert store.requeue(job_id, fields={}, not_before=now, attempt=attempt)
     assert store.lost_claims() == []
+
+
+def test_a_refill_whose_statement_fails_is_answered_after_the_finishes_are_written(pg_url):
+    from nw.jobs.stores.base import Refill
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    # Given two running jobs of a worker and one queued behind them
+    store = PostgresJobStore(pg_url, f"order-{uuid.uuid4().hex}")
+    try:
+        recs = [record(kind="render", at=1_700_000_000.0 + i) for i in range(3)]
+        for rec in recs:
+            store.create(rec, claimable=True)
+        running = store.claim(["render"], now=1_800_000_000.0, runner_id="w", limit=2)
+        good, bad = (row.record for row in running)
+        seen = []
+        store.refill = Refill(
+            kinds=lambda: ["render"],
+            runner_id="w",
+            want=lambda ids: 1,
+            take=lambda rows, asked: seen.append((rows, store.get(good["job_id"]).status.value)),
+            clock=lambda: 1_800_000_001.0,
+        )
+
+        def item(rec, error):
+            cols, doc = store._patch_fields({"finished_at": 1_800_000_001.0})
+            return {"job_id": rec["job_id"], "attempt": rec["attempt"], "au_status": "failed",
+                    "value": None, "error": error, "cols": cols, "doc": doc}  # fmt: skip
+
+        # When their finishes go out together and PostgreSQL refuses one (a NUL
+        # in text), so the statement that also claims fails
+        results = store._finish_many([item(good, "boom"), item(bad, "\0")])
+        # Then each finish is written alone first, and only then is the claim
+        # answered as not made (its slots are counted taken until then)
+        assert results[0] is True and isinstance(results[1], JobStoreError)
+        assert seen == [(None, "failed")]
+    finally:
+        store.refill = None
+        store.purge()

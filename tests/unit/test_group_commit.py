@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 
 import pytest
@@ -190,7 +192,7 @@ def test_a_caller_that_does_not_wait_is_free_before_its_item_is_written():
     assert flush.batches == [["a"], ["b"]]
 
 
-def test_a_waiter_interrupted_leaves_its_item_to_be_written():
+def test_a_caller_that_stops_waiting_leaves_its_item_to_be_written():
     flush = Flushes(hold={"a"})
     gc = GroupCommit(flush)
     gc.submit_soon("a")
@@ -226,3 +228,56 @@ def test_a_committer_that_would_wait_on_its_own_group_fails_instead_of_stalling(
     with pytest.raises(RuntimeError, match="cannot wait on the group"):
         gc.submit("outer")
     assert gc.submit("after") == "after"
+
+
+def test_a_handed_over_item_cannot_be_cancelled_and_is_written():
+    flush = Flushes(hold={"a"})
+    gc = GroupCommit(flush)
+    future = gc.submit_soon("a")
+    wait_until(lambda: flush.flushed("a"), what="the batch in flight")
+    assert future.cancel() is False  # queued is as good as written
+    flush.release.set()
+    assert future.result(10) == "done:a" and gc.submit("b") == "done:b"
+
+
+def test_without_a_thread_for_a_committer_the_caller_writes_its_item(monkeypatch):
+    flush = Flushes()
+    gc = GroupCommit(flush, name="nw-commit-nothread")
+    real_start = threading.Thread.start
+
+    def start(thread):
+        if thread.name == "nw-commit-nothread":
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    future = gc.submit_soon("a")
+    assert future.done() and future.result() == "done:a"
+    monkeypatch.undo()
+    assert gc.submit("b") == "done:b"  # and a committer comes when it can
+
+
+def test_a_forked_child_writes_through_its_own_committers():
+    flush = Flushes()
+    gc = GroupCommit(flush, idle_s=30.0)  # the parent's committer is alive at the fork
+    assert gc.submit("parent") == "done:parent"
+    pid = os.fork()
+    if pid == 0:  # the child: its write must not wait on the parent's committer
+        signal.alarm(10)
+        os._exit(0 if gc.submit("child") == "done:child" else 1)
+    status = _wait_exit(pid)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _wait_exit(pid: int) -> int:
+    """The child's wait status, polled with a deadline."""
+    found: list[int] = []
+
+    def exited() -> bool:
+        got_pid, status = os.waitpid(pid, os.WNOHANG)
+        if got_pid == pid:
+            found.append(status)
+        return bool(found)
+
+    wait_until(exited, what="the forked child to exit", timeout=20)
+    return found[0]

@@ -320,6 +320,7 @@ def test_a_workers_body_thread_is_free_before_its_finish_commits_but_not_its_slo
         (row,) = rt.store.claim([KIND], now=clock.now, runner_id=w.runner_id, limit=1)
         rt.run_claimed(row, Launch(fn=lambda p, q: {"ok": 2}, project=project))
         wait_until(lambda: len(rt.store._finishes._queue) == 1, what="the second finish queued")
+        assert w.busy == 2  # neither job is let go before its finish commits
         release.set()
         for job in (first, second):
             _wait_ended(project, w, job.job_id, "both finishes committed")

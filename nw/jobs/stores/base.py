@@ -58,12 +58,13 @@ class Refill:
     """A worker's standing request to a store's finishes: when a batch of
     finishes is written, claim up to ``want(job ids)`` more jobs of
     ``kinds()`` for ``runner_id`` in the same transaction and hand them to
-    ``take(rows, asked)`` (called in the finishing thread once that
-    transaction committed, never before: a result is durable before its slot
-    runs anything else). ``want`` returning 0 asks for nothing (an idle
-    queue, a stopping worker); every ``want`` that returned n > 0 is answered
-    by exactly one ``take(rows, n)``, with ``rows=None`` if the claim was not
-    made (the statement failed and the finishes were written alone), so the
+    ``take(rows, asked)`` (called on the thread that wrote the batch once
+    that transaction committed, never before, and before the finishes are
+    answered: a result is durable before its slot runs anything else).
+    ``want`` returning 0 asks for nothing (an idle queue, a stopping worker);
+    every ``want`` that returned n > 0 is answered by exactly one
+    ``take(rows, n)``, with ``rows=None`` if the claim was not made (the
+    statement failed, and the finishes were written alone first), so the
     worker can count the slots of a claim in flight as taken."""
 
     kinds: Callable[[], Sequence[str]]

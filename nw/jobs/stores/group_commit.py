@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 _committing = threading.local()
 """``group``: the group whose committer this thread is."""
+_GROUPS: weakref.WeakSet[GroupCommit] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for group in list(_GROUPS):
+        group._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class GroupCommit:
@@ -55,6 +67,7 @@ class GroupCommit:
         """Batches in flight (at most ``lanes``)."""
         self._committers = 0
         """Committer threads alive (at most ``lanes``)."""
+        _GROUPS.add(self)
 
     def submit(self, item: Any) -> Any:
         """The item's result once written (its exception raised). Never from a
@@ -69,34 +82,57 @@ class GroupCommit:
         pending = _Pending(item, self._key(item) if self._key else object())
         with self._lock:
             self._queue.append(pending)
-            if self._committers == 0 or (
+            start = self._committers == 0 or (
                 self._committers == self._batches
                 and self._committers < self._lanes
                 and len(self._queue) >= self._crowd
-            ):
+            )
+            if start:
                 self._committers += 1
-                try:
-                    threading.Thread(target=self._commit, name=self._name, daemon=True).start()
-                except BaseException:
-                    self._committers -= 1
-                    self._queue.remove(pending)
-                    raise
             else:
                 self._more.notify()
+        if start:
+            try:
+                threading.Thread(target=self._commit, name=self._name, daemon=True).start()
+            except RuntimeError:  # no thread to be had (exhausted, or the process exiting)
+                with self._lock:
+                    self._committers -= 1
+                    alone = self._committers == 0
+                if alone:  # nobody else will write it: this caller does, now
+                    self._write_here()
         return pending.future
 
     def _commit(self) -> None:
         """A committer: write batches while there are any, then go away."""
         _committing.group = self
+        try:
+            while True:
+                with self._lock:
+                    batch = self._next_batch()
+                    while batch is None:
+                        if not self._more.wait(self._idle_s) and not self._queue:
+                            return
+                        batch = self._next_batch()
+                self._run(batch)
+        finally:
+            with self._lock:
+                self._committers -= 1
+
+    def _write_here(self) -> None:
+        """Write what can go, on the caller's thread (no committer could start)."""
         while True:
             with self._lock:
                 batch = self._next_batch()
-                while batch is None:
-                    if not self._more.wait(self._idle_s) and not self._queue:
-                        self._committers -= 1
-                        return
-                    batch = self._next_batch()
+            if batch is None:
+                return
             self._run(batch)
+
+    def _after_fork(self) -> None:
+        """In a forked child: no committer, no batch in flight, nothing queued
+        (the parent's callers wait on the parent's items), fresh locks."""
+        self._lock = threading.Lock()
+        self._more = threading.Condition(self._lock)
+        self._queue, self._flying, self._batches, self._committers = [], set(), 0, 0
 
     def _run(self, batch: list[_Pending]) -> None:
         try:
@@ -142,6 +178,7 @@ class _Pending:
 
     def __init__(self, item: Any, key: Any):
         self.item, self.key, self.future = item, key, Future()
+        self.future.set_running_or_notify_cancel()  # queued is running: no cancel
 
     def resolve(self, result: Any, failure: BaseException | None) -> None:
         """The item's future: the batch's exception, the item's own, or its result

@@ -700,26 +700,32 @@ class PostgresJobStore(JobStore):
         return self._finishes.submit_soon(item)
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
-        """One statement for a batch of finishes; on a database error other than
-        an unreachable database, each item again alone (so one bad item fails alone).
-        With a worker's ``refill`` the batch also claims the jobs that take the
+        """One statement for a batch of finishes (``_finish_alone``). With a
+        worker's ``refill`` the batch also claims the jobs that take the
         finished ones' slots, in the same statement (``finish_many_and_claim``),
         and hands them over once it committed, before the finishes' futures
-        resolve (so before their slots are let go)."""
+        resolve (so before their slots are let go); if that statement fails,
+        the finishes are written alone first, then the claim is answered as not
+        made."""
         refill = self.refill
         want = refill.want([item["job_id"] for item in items]) if refill is not None else 0
-        if want > 0:
-            rows = None  # the claim's answer: None, the claim was not made
-            try:
-                done, rows = self._finish_and_claim(items, refill, want)
-            except JobStoreUnreachable:
-                raise
-            except JobStoreError as exc:
-                log.warning("finishing and claiming in one statement failed (%s); finishing", exc)
-            else:
-                return [item["job_id"] in done for item in items]
-            finally:
-                refill.take(rows, want)
+        if want <= 0:
+            return self._finish_alone(items)
+        rows = None  # the claim's answer: None, the claim was not made
+        try:
+            done, rows = self._finish_and_claim(items, refill, want)
+            return [item["job_id"] in done for item in items]
+        except JobStoreUnreachable:
+            raise
+        except JobStoreError as exc:
+            log.warning("finishing and claiming in one statement failed (%s); finishing", exc)
+            return self._finish_alone(items)
+        finally:
+            refill.take(rows, want)
+
+    def _finish_alone(self, items: list[dict[str, Any]]) -> list[Any]:
+        """``finish_many``; on a database error other than an unreachable
+        database, each item again alone (so one bad item fails alone)."""
         try:
             done = self._exec(
                 "finish_many",
@@ -735,7 +741,7 @@ class PostgresJobStore(JobStore):
         out: list[Any] = []
         for item in items:
             try:
-                out.extend(self._finish_many([item]))
+                out.extend(self._finish_alone([item]))
             except JobStoreError as exc:
                 out.append(exc)
         return out
