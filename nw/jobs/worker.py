@@ -92,6 +92,8 @@ class Worker:
         """Slots reserved by claims in flight, the loop's own and refills' (asked
         for or claimed, not yet launched): a body that ends meanwhile must not
         count them as free."""
+        self._unreserved = threading.Condition(self._lock)
+        """Notified when reserved slots are given back (a drain waits for them)."""
         self._loaded: dict[str, Callable] = {}
         self._poker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._poker.setblocking(False)
@@ -322,6 +324,7 @@ class Worker:
         """A claim's rows are launched (``busy`` counts them now), or it got none."""
         with self._lock:
             self._claiming -= slots
+            self._unreserved.notify_all()
 
     def _launch_safely(self, rt: Runtime, row: JobRow) -> None:
         """Launch one claimed job; whatever goes wrong fails that job, not the loop."""
@@ -336,22 +339,28 @@ class Worker:
                 message = f"the worker could not launch this job: {type(exc).__name__}: {exc}"
                 log.exception("job %s could not be launched", job_id)
             # Not waited for here (this may be a committer's thread, launching a
-            # refill): the slot is let go once the failure is written.
-            written = rt.store.finish_soon(
-                job_id,
-                au_status=ComputationStatus.FAILED,
-                result=None,
-                error=message,
-                fields={
-                    "finished_at": self.config.clock(),
-                    "error": message,
-                    "error_kind": "crashed",
-                    **outcome.closed_attempts(
-                        row.record, ended="failed", at=self.config.clock(), error=message
-                    ),
-                },
-                attempt=row.record.get("attempt"),
-            )
+            # refill): the job keeps a slot until its failure is written.
+            with self._lock:
+                self._claiming += 1
+            try:
+                written = rt.store.finish_soon(
+                    job_id,
+                    au_status=ComputationStatus.FAILED,
+                    result=None,
+                    error=message,
+                    fields={
+                        "finished_at": self.config.clock(),
+                        "error": message,
+                        "error_kind": "crashed",
+                        **outcome.closed_attempts(
+                            row.record, ended="failed", at=self.config.clock(), error=message
+                        ),
+                    },
+                    attempt=row.record.get("attempt"),
+                )
+            except Exception as failure:
+                written = Future()
+                written.set_exception(failure)
             written.add_done_callback(lambda w: self._launch_failed(w, job_id))
 
     def _launch_failed(self, written: Future, job_id: str) -> None:
@@ -360,6 +369,7 @@ class Worker:
             log.error(
                 "job %s: could not record the failed launch", job_id, exc_info=written.exception()
             )
+        self._unreserve(1)
         self._released(job_id)
 
     def _launch(self, rt: Runtime, row: JobRow) -> None:
@@ -428,6 +438,10 @@ class Worker:
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for rt in self.runtimes:
             rt.wait_idle(timeout=max(deadline - time.monotonic(), 0.0))
+        with self._lock:  # and what is still being written for them (failed launches)
+            self._unreserved.wait_for(
+                lambda: self._claiming <= 0, timeout=max(deadline - time.monotonic(), 0.0)
+            )
         leftover = 0
         for rt in self.runtimes:
             self._put_back_lost(rt)

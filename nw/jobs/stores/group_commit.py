@@ -70,12 +70,15 @@ class GroupCommit:
         _GROUPS.add(self)
 
     def submit(self, item: Any) -> Any:
-        """The item's result once written (its exception raised). Never from a
-        committer of this group (what its futures' callbacks run): it would
-        wait on itself."""
+        """The item's result once written (its exception raised)."""
+        return self.wait(self.submit_soon(item))
+
+    def wait(self, future: Future) -> Any:
+        """A future's result, waited for. Never on a committer of this group
+        (what its futures' callbacks run on): it would wait on itself."""
         if getattr(_committing, "group", None) is self:
             raise RuntimeError("a group commit's committer cannot wait on the group")
-        return self.submit_soon(item).result()
+        return future.result()
 
     def submit_soon(self, item: Any) -> Future:
         """Queue the item; its future resolves once it is written."""
@@ -92,31 +95,48 @@ class GroupCommit:
             else:
                 self._more.notify()
         if start:
-            try:
-                threading.Thread(target=self._commit, name=self._name, daemon=True).start()
-            except RuntimeError:  # no thread to be had (exhausted, or the process exiting)
-                with self._lock:
-                    self._committers -= 1
-                    alone = self._committers == 0
-                if alone:  # nobody else will write it: this caller does, now
-                    self._write_here()
+            self._start_committer()
         return pending.future
 
+    def _start_committer(self) -> None:
+        """Start the committer already counted in ``_committers``; without a
+        thread to be had (exhausted, or the process exiting), the caller
+        writes what nobody else will."""
+        try:
+            threading.Thread(target=self._commit, name=self._name, daemon=True).start()
+        except RuntimeError:
+            with self._lock:
+                self._committers -= 1
+                alone = self._committers == 0
+            if alone:
+                self._write_here()
+
     def _commit(self) -> None:
-        """A committer: write batches while there are any, then go away."""
+        """A committer: write batches while there are any, then go away (its
+        count given back under the same lock that found nothing to do, so a
+        caller never leaves an item to a committer on its way out)."""
         _committing.group = self
+        gone = False
         try:
             while True:
                 with self._lock:
                     batch = self._next_batch()
                     while batch is None:
                         if not self._more.wait(self._idle_s) and not self._queue:
+                            self._committers -= 1
+                            gone = True
                             return
                         batch = self._next_batch()
                 self._run(batch)
         finally:
-            with self._lock:
-                self._committers -= 1
+            if not gone:  # an exception escaped: hand on to a new committer
+                with self._lock:
+                    self._committers -= 1
+                    again = bool(self._queue) and self._committers == 0
+                    if again:
+                        self._committers += 1
+                if again:
+                    self._start_committer()
 
     def _write_here(self) -> None:
         """Write what can go, on the caller's thread (no committer could start)."""

@@ -664,9 +664,16 @@ class PostgresJobStore(JobStore):
         fields: Mapping[str, Any],
         attempt: int | None,
     ) -> bool:
-        return self.finish_soon(
-            job_id, au_status=au_status, result=result, error=error, fields=fields, attempt=attempt
-        ).result()
+        return self._finishes.wait(
+            self.finish_soon(
+                job_id,
+                au_status=au_status,
+                result=result,
+                error=error,
+                fields=fields,
+                attempt=attempt,
+            )
+        )
 
     def finish_soon(
         self,
