@@ -49,7 +49,7 @@ from nw.jobs.model import (
 )
 from nw.jobs.records import attempt_in_run
 from nw.jobs.status import CANCELLED_AFTER_RETURN
-from nw.jobs.stores.base import JobStore
+from nw.jobs.stores.base import JobStore, settled
 
 
 class Ended(StrEnum):
@@ -279,16 +279,11 @@ def write_soon(
     """``write`` as a future of its answer: a finish may still be on its way to
     the commit when this returns (``JobStore.finish_soon``); a requeue is written."""
     if outcome.requeued:
-        written: Future = Future()
-        try:
-            written.set_result(
-                store.requeue(
-                    job_id, fields=outcome.fields, not_before=outcome.due_at, attempt=attempt
-                )
+        return settled(
+            lambda: store.requeue(
+                job_id, fields=outcome.fields, not_before=outcome.due_at, attempt=attempt
             )
-        except Exception as exc:
-            written.set_exception(exc)
-        return written
+        )
     return store.finish_soon(
         job_id,
         au_status=outcome.au_status,

@@ -48,7 +48,7 @@ from nw.jobs.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
-from nw.jobs.stores.base import Refill
+from nw.jobs.stores.base import Refill, settled
 from nw.project import Project, as_project
 
 log = logging.getLogger("nw.jobs.worker")
@@ -342,8 +342,9 @@ class Worker:
             # refill): the job keeps a slot until its failure is written.
             with self._lock:
                 self._claiming += 1
-            try:
-                written = rt.store.finish_soon(
+
+            def hand_over() -> Future:
+                return rt.store.finish_soon(
                     job_id,
                     au_status=ComputationStatus.FAILED,
                     result=None,
@@ -358,9 +359,9 @@ class Worker:
                     },
                     attempt=row.record.get("attempt"),
                 )
-            except Exception as failure:
-                written = Future()
-                written.set_exception(failure)
+
+            answer = settled(hand_over)  # building the write may raise too
+            written = answer if answer.exception() is not None else answer.result()
             written.add_done_callback(lambda w: self._launch_failed(w, job_id))
 
     def _launch_failed(self, written: Future, job_id: str) -> None:

@@ -228,35 +228,13 @@ class JobStore(ABC):
         """Terminal status entry and record fields (``finished_at`` among them)
         in one transaction; fenced like ``patch``."""
 
-    def finish_soon(
-        self,
-        job_id: str,
-        *,
-        au_status: ComputationStatus,
-        result: Any,
-        error: str | None,
-        fields: Mapping[str, Any],
-        attempt: int | None,
-    ) -> Future:
-        """``finish`` as a future of its answer, for a caller that need not wait
-        for the commit (a body's thread: its slot waits on the future instead).
-        A store that commits finishes in groups returns before the commit; this
-        one writes first (an error raised by the write is the future's)."""
-        written: Future = Future()
-        try:
-            written.set_result(
-                self.finish(
-                    job_id,
-                    au_status=au_status,
-                    result=result,
-                    error=error,
-                    fields=fields,
-                    attempt=attempt,
-                )
-            )
-        except Exception as exc:
-            written.set_exception(exc)
-        return written
+    def finish_soon(self, job_id: str, **finish: Any) -> Future:
+        """``finish`` (the same keywords) as a future of its answer, for a caller
+        that need not wait for the commit (a body's thread: its slot waits on
+        the future instead). A store that commits finishes in groups returns
+        before the commit; this one writes first (an error raised by the write
+        is the future's)."""
+        return settled(lambda: self.finish(job_id, **finish))
 
     @abstractmethod
     def requeue(
@@ -519,3 +497,13 @@ def bucketed(r: Mapping[str, Any], bounds: Sequence[float]) -> dict[str, Any]:
         "seconds": float(r["seconds"] or 0.0),
         "buckets": {float(b): int(r[f"b{i}"] or 0) for i, b in enumerate(bounds)},
     }
+
+
+def settled(call: Callable[[], Any]) -> Future:
+    """A future already settled with what ``call()`` returns, or what it raises."""
+    future: Future = Future()
+    try:
+        future.set_result(call())
+    except Exception as exc:
+        future.set_exception(exc)
+    return future

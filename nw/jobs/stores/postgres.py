@@ -78,6 +78,7 @@ from nw.jobs.stores.base import (
     check_distinct,
     due_at,
     rollup_rows,
+    settled,
     split_record,
     utc_day,
 )
@@ -654,28 +655,16 @@ class PostgresJobStore(JobStore):
         args = {"job_id": job_id, "attempt": attempt, **self._patch_args(fields)}
         return self._exec("patch", args, lambda cur: cur.rowcount) > 0
 
-    def finish(
-        self,
-        job_id: str,
-        *,
-        au_status: ComputationStatus,
-        result: Any,
-        error: str | None,
-        fields: Mapping[str, Any],
-        attempt: int | None,
-    ) -> bool:
-        return self._finishes.wait(
-            self.finish_soon(
-                job_id,
-                au_status=au_status,
-                result=result,
-                error=error,
-                fields=fields,
-                attempt=attempt,
-            )
-        )
+    def finish(self, job_id: str, **finish: Any) -> bool:
+        return self._finishes.wait(self.finish_soon(job_id, **finish))
 
-    def finish_soon(
+    def finish_soon(self, job_id: str, **finish: Any) -> Future:
+        """See ``JobStore.finish_soon``: the finish joins the group commit (a
+        finish refused before, alone, is a settled future)."""
+        item = settled(lambda: self._finish_item(job_id, **finish))
+        return item if item.exception() is not None else self._finishes.submit_soon(item.result())
+
+    def _finish_item(
         self,
         job_id: str,
         *,
@@ -684,27 +673,21 @@ class PostgresJobStore(JobStore):
         error: str | None,
         fields: Mapping[str, Any],
         attempt: int | None,
-    ) -> Future:
-        """See ``JobStore.finish_soon``: the finish joins the group commit."""
-        try:
-            if self.read_only:
-                raise JobStoreError("this job store was opened read-only")
-            cols, doc = self._patch_fields(fields)
-            item = {
-                "job_id": job_id,
-                "attempt": attempt,
-                "au_status": ComputationStatus(au_status).value,
-                "value": result,
-                "error": error,
-                "cols": cols,
-                "doc": doc,
-            }
-            _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
-        except Exception as exc:
-            refused: Future = Future()
-            refused.set_exception(exc)
-            return refused
-        return self._finishes.submit_soon(item)
+    ) -> dict[str, Any]:
+        """A finish as the group commit batches it; refused alone (read-only, not JSON)."""
+        if self.read_only:
+            raise JobStoreError("this job store was opened read-only")
+        cols, doc = self._patch_fields(fields)
+        _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
+        return {
+            "job_id": job_id,
+            "attempt": attempt,
+            "au_status": ComputationStatus(au_status).value,
+            "value": result,
+            "error": error,
+            "cols": cols,
+            "doc": doc,
+        }
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """One statement for a batch of finishes (``_finish_alone``). With a
