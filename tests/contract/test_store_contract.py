@@ -455,6 +455,20 @@ def test_requeue_is_fenced_and_makes_the_job_due_later(store):
     assert finish_ok(store, a, 2)
 
 
+def test_requeue_leaves_a_finished_attempt_finished(store):
+    # A stopping worker reads a job running, then puts it back; meanwhile the
+    # body's finish of that same attempt commits. The requeue must not undo
+    # the committed result (the job would run again: a paid render twice).
+    (a,) = queued(store)
+    store.claim(["render"], now=T0 + 1, runner_id="w")
+    assert finish_ok(store, a, 1)
+    assert not store.requeue(a, fields={"error": "stopped"}, not_before=T0 + 2, attempt=1)
+    row = store.get(a)
+    assert row.status.value == "succeeded" and row.result == {"ok": True}
+    assert row.record.get("error") is None and row.record["finished_at"] == T0 + 100
+    assert store.claim(["render"], now=T0 + 10, runner_id="w2") == []
+
+
 # ----- cancel and beat ------------------------------------------------------------------------
 def test_cancel_of_a_queued_job_closes_it_at_once(store):
     (a,) = queued(store)

@@ -240,7 +240,9 @@ class JobStore(ABC):
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
     ) -> bool:
-        """A failed attempt goes back to the queue, due at ``not_before`` (fenced)."""
+        """A failed attempt goes back to the queue, due at ``not_before`` (fenced).
+        False, and nothing written, when the attempt is not current or the job
+        is finished (a result committed first is never undone)."""
 
     @abstractmethod
     def request_cancel(self, job_id: str, *, now: float) -> JobRow | None:

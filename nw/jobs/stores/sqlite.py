@@ -492,10 +492,15 @@ class SqliteJobStore(JobStore):
                 return []
             return [dict(r) for r in c.execute(Q["queue_ahead"], {"limit": int(limit)})]
 
-    def _fence(self, c: sqlite3.Connection, job_id: str, attempt: int | None) -> str | None:
-        """The job's doc when a write fenced by ``attempt`` may go ahead, else None."""
+    def _fence(
+        self, c: sqlite3.Connection, job_id: str, attempt: int | None, *, unfinished: bool = False
+    ) -> str | None:
+        """The job's doc when a write fenced by ``attempt`` may go ahead, else
+        None (also when ``unfinished`` and the job is finished)."""
         r = c.execute(Q["fence"], {"job_id": job_id}).fetchone()
         if r is None or (attempt is not None and r["attempt"] != attempt):
+            return None
+        if unfinished and r["finished"]:
             return None
         return r["doc"]
 
@@ -586,7 +591,7 @@ class SqliteJobStore(JobStore):
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
     ) -> bool:
         with self._cursor(write=True) as c:
-            doc = self._fence(c, job_id, attempt)
+            doc = self._fence(c, job_id, attempt, unfinished=True)  # a result stays
             if doc is None:
                 return False
             c.execute(Q["requeue_status"], {"job_id": job_id, "not_before": not_before})

@@ -728,7 +728,9 @@ SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished, r.*
 
 -- name: requeue
 -- A failed attempt goes back to the queue, due at %(not_before)s (fenced;
--- record fields patched as by `patch`); its lease is dropped.
+-- record fields patched as by `patch`); its lease is dropped. A job already
+-- finished stays finished (its attempt's result committed first: a stopping
+-- worker putting it back must not make it run again).
 WITH p AS (SELECT %(cols)s::jsonb AS c, %(doc)s::jsonb AS d),
 jb AS (
   UPDATE nw_jobs.jobs j
@@ -748,7 +750,7 @@ jb AS (
          lease = NULL
     FROM p
    WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
-     AND j.attempt = coalesce(%(attempt)s::integer, j.attempt)
+     AND j.attempt = coalesce(%(attempt)s::integer, j.attempt) AND j.finished_at IS NULL
   RETURNING j.job_id
 ), sb AS (
   UPDATE nw_jobs.status s

@@ -274,8 +274,9 @@ UPDATE jobs SET attempt = attempt + 1, started_at = :now, heartbeat_at = :now,
 
 -- name: fence
 -- The job's current attempt (a fenced write goes ahead only when it is the
--- caller's) and its doc (what a patch of doc fields merges into).
-SELECT attempt, doc FROM jobs WHERE job_id = :job_id;
+-- caller's), whether it is finished (a requeue leaves it so), and its doc
+-- (what a patch of doc fields merges into).
+SELECT attempt, finished_at IS NOT NULL AS finished, doc FROM jobs WHERE job_id = :job_id;
 
 -- name: patch
 -- Record fields: a column is set when its :set_<column> flag is true (so a
