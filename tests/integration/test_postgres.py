@@ -501,3 +501,85 @@ def test_a_refill_whose_statement_fails_is_answered_after_the_finishes_are_writt
     finally:
         store.refill = None
         store.purge()
+
+
+def _traced_syncs(conn, path):
+    """Trace ``conn``'s protocol messages into ``path`` (libpq's trace)."""
+    from psycopg import pq
+
+    f = open(path, "w")  # noqa: SIM115  (closed by the caller's untrace)
+    conn.pgconn.trace(f.fileno())
+    conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+    return f
+
+
+def _sent(path, message):
+    """How many ``message``s the client sent (a ``Parse`` of a named statement:
+    ``"Parse+"``, a statement being prepared)."""
+    named = message.endswith("+")
+    message = message.rstrip("+")
+    return sum(
+        1
+        for line in open(path).read().splitlines()
+        if line.startswith("F\t")
+        and f"\t{message}\t" in line + "\t"
+        and (not named or '\t "" ' not in line)
+    )
+
+
+def test_a_statement_prepared_on_its_connection_costs_no_round_trip_of_its_own(pg_url, tmp_path):
+    # psycopg prepares a statement on its 6th run on a connection; outside a
+    # pipeline that Parse is a round trip of its own. `one` sends it with the
+    # statement: one Sync (one round trip) per statement, prepared or not.
+    from nw.jobs.stores.pg_database import one
+
+    trace = tmp_path / "trace.txt"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        f = _traced_syncs(conn, trace)
+        try:
+            rows = [one(conn, "SELECT %(n)s::int + 1 AS m", {"n": n}).fetchone() for n in range(8)]
+        finally:
+            conn.pgconn.untrace()
+            f.close()
+        prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0]
+    assert rows == [(n + 1,) for n in range(8)]
+    assert prepared == 1  # it was prepared: the case this is about
+    assert _sent(trace, "Parse+") == 1 and _sent(trace, "Bind") == 8
+    assert _sent(trace, "Sync") == 8
+
+
+def test_a_workers_claims_and_finishes_cost_one_round_trip_each(pg_url, tmp_path, monkeypatch):
+    # The store's own statements go through `one`: on its one pooled
+    # connection, as many round trips (Syncs) as statements (Binds), though
+    # each statement is prepared on the way.
+    from au import ComputationStatus
+
+    from nw.jobs.stores import pg_pool
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    monkeypatch.setenv(pg_pool.POOL_MAX_ENV, "1")
+    url = f"{pg_url}?application_name=trace-{uuid.uuid4().hex[:6]}"  # a pool of its own
+    store = PostgresJobStore(url, f"trace-{uuid.uuid4().hex[:6]}")
+    trace = tmp_path / "trace.txt"
+    with store.db.pool.connection() as conn:
+        f = _traced_syncs(conn, trace)
+    try:
+        for i in range(8):
+            store.create(record(kind="traced", at=1_700_000_000.0 + i), claimable=True)
+            (row,) = store.claim(["traced"], now=1_800_000_000.0, runner_id="w")
+            assert store.finish(
+                row.record["job_id"],
+                au_status=ComputationStatus.COMPLETED,
+                result={"i": i},
+                error=None,
+                fields={"finished_at": 1_800_000_001.0},
+                attempt=row.record["attempt"],
+            )
+    finally:
+        with store.db.pool.connection() as conn:
+            conn.pgconn.untrace()
+        f.close()
+        store.purge()
+    binds, syncs = _sent(trace, "Bind"), _sent(trace, "Sync")
+    assert _sent(trace, "Parse+") >= 3  # create, claim and finish were each prepared
+    assert binds >= 24 and syncs == binds

@@ -196,6 +196,21 @@ def _is_unreachable(exc: BaseException | str) -> bool:
     return isinstance(exc, PoolTimeout) or (isinstance(exc, BaseException) and _is_lost(exc))
 
 
+def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.Cursor:
+    """``conn.execute(query, params)`` in one round trip, its rows read after.
+
+    psycopg prepares a statement on a connection once it has run it a few
+    times, and outside a pipeline it sends that Parse on its own and waits
+    for it: a round trip more, once per statement and pooled connection,
+    which a worker in a trickle of jobs pays again and again as its
+    connections take their turns. In a pipeline the Parse travels with the
+    Bind, Execute and Sync. The statement is its own (implicit) transaction,
+    as on an autocommit connection; its error is raised here."""
+    with conn.pipeline():
+        cur = conn.execute(query, params)
+    return cur
+
+
 @contextlib.contextmanager
 def transaction(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """One pipelined transaction: the statements inside travel in one round trip

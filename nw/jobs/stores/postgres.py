@@ -83,7 +83,7 @@ from nw.jobs.stores.base import (
     utc_day,
 )
 from nw.jobs.stores.group_commit import GroupCommit
-from nw.jobs.stores.pg_database import Database, RetryNow, transaction
+from nw.jobs.stores.pg_database import Database, RetryNow, one, transaction
 from nw.jobs.stores.pg_listen import PgWakeListener
 from nw.jobs.stores.pg_pool import close_pools as _close_pools
 from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
@@ -172,7 +172,7 @@ class PostgresJobStore(JobStore):
         conn = getattr(self._tls, "conn", None)
         if conn is not None:  # inside this thread's admitted create: same transaction
             return conn.execute(sql, params).fetchall()
-        return self.db.run(lambda c, _r: c.execute(sql, params).fetchall(), what=what)
+        return self.db.run(lambda c, _r: one(c, sql, params).fetchall(), what=what)
 
     def _write(self, what: str, fn: Callable[[psycopg.Connection, bool], Any]) -> Any:
         if self.read_only:
@@ -185,7 +185,7 @@ class PostgresJobStore(JobStore):
         sql, params = Q[what], self._params(args)
 
         def op(conn: psycopg.Connection, _retried: bool) -> Any:
-            cur = conn.execute(sql, params)
+            cur = one(conn, sql, params)
             return None if get is None else get(cur)
 
         return self._write(what, op)
@@ -307,7 +307,7 @@ class PostgresJobStore(JobStore):
         run_id = record.get("run_id")
 
         def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
-            if conn.execute(Q["create"], params).fetchone()["inserted"]:
+            if one(conn, Q["create"], params).fetchone()["inserted"]:
                 return JobRow(dict(record), "pending"), True
             with conn.transaction():  # it exists: lock it and decide
                 got = self._lock(conn, params)
@@ -477,13 +477,13 @@ class PostgresJobStore(JobStore):
 
         def op(conn: psycopg.Connection, retried: bool) -> JobRow | limits.NotYet | None:
             if retried:  # the first try may have committed before the connection died
-                got = conn.execute(Q["by_lease"], params).fetchall()
+                got = one(conn, Q["by_lease"], params).fetchall()
                 if got:
                     return self._row(got[0])
-            r = conn.execute(Q["start"], {**params, "limited_ok": False}).fetchone()
+            r = one(conn, Q["start"], {**params, "limited_ok": False}).fetchone()
             if r is not None:  # the common case: one statement
                 return self._row(r)
-            info = conn.execute(Q["job_limit"], params).fetchone()
+            info = one(conn, Q["job_limit"], params).fetchone()
             if info is None or not info["startable"]:
                 return None
             not_before = info["not_before"]
@@ -524,7 +524,7 @@ class PostgresJobStore(JobStore):
 
         def op(conn: psycopg.Connection, retried: bool) -> list[JobRow]:
             if retried:
-                got = conn.execute(Q["by_lease"], params).fetchall()
+                got = one(conn, Q["by_lease"], params).fetchall()
                 if got:
                     return [self._row(r) for r in got]
             return self._claim_rounds(conn, params, int(limit))
@@ -581,7 +581,7 @@ class PostgresJobStore(JobStore):
                 rows, first = first, None
             else:
                 args = {**params, "limit": want, "skip_keys": skip}
-                rows = conn.execute(Q["claim"], args).fetchall()
+                rows = one(conn, Q["claim"], args).fetchall()
             out += [self._row(r) for r in rows if not r["held"]]
             held = [(r["job_id"], r["limit_key"]) for r in rows if r["held"]]
             if not held:
@@ -757,11 +757,11 @@ class PostgresJobStore(JobStore):
 
         def op(conn: psycopg.Connection, retried: bool) -> tuple[set[str], list[JobRow]]:
             if retried:  # the first try may have committed: its claims are ours by lease
-                got = conn.execute(Q["by_lease"], params).fetchall()
+                got = one(conn, Q["by_lease"], params).fetchall()
                 if got:  # and its finishes committed with them: writing them again is a no-op
-                    rows = conn.execute(Q["finish_many"], finish).fetchall()
+                    rows = one(conn, Q["finish_many"], finish).fetchall()
                     return {r["job_id"] for r in rows}, [self._row(r) for r in got]
-            rows = conn.execute(Q["finish_many_and_claim"], params).fetchall()
+            rows = one(conn, Q["finish_many_and_claim"], params).fetchall()
             done = set(rows[0]["finished"]) if rows else set()
             picked = [r for r in rows if r["job_id"] is not None]
             # the finishes are committed: the held keys' counts see them
@@ -821,7 +821,7 @@ class PostgresJobStore(JobStore):
 
         def op(conn: psycopg.Connection, retried: bool) -> None:
             if not retried:
-                conn.execute(Q["add_samples"], params)
+                one(conn, Q["add_samples"], params)
                 return
             with conn.transaction():
                 conn.execute(Q["add_samples_retry"], params)
@@ -844,8 +844,8 @@ class PostgresJobStore(JobStore):
 
         def op(conn: psycopg.Connection, retried: bool) -> bool:
             if retried:
-                return conn.execute(Q["append_progress_retry"], params).fetchone()["appended"] > 0
-            return conn.execute(Q["append_progress"], params).rowcount > 0
+                return one(conn, Q["append_progress_retry"], params).fetchone()["appended"] > 0
+            return one(conn, Q["append_progress"], params).rowcount > 0
 
         return self._write("append_progress", op)
 
