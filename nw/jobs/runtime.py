@@ -13,6 +13,7 @@ write paths (``enqueue``, the worker); the read paths never make one.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
@@ -21,7 +22,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -208,18 +209,23 @@ class Runtime:
         """Run a job this process enqueued, when a pool thread is free (higher
         ``priority`` first); a delayed one joins the pool's queue only when due,
         so it holds no thread while it waits."""
-        with self._lock:
-            self._launches[job_id] = launch
-        self._ensure_beater()
-        delay = None if not_before is None else not_before - self.config.clock()
-        if delay is None or delay <= 0:
-            self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id, None, priority)
-            return
-        timer = threading.Timer(delay, self._due, (job_id, launch, priority))
-        timer.daemon = True
-        with self._lock:
-            self._timers[job_id] = timer
-        timer.start()
+        with self._holding(job_id, launch):
+            delay = None if not_before is None else not_before - self.config.clock()
+            if delay is None or delay <= 0:
+                self.backend.launch(
+                    self._start_and_run, (job_id, launch), {}, job_id, None, priority
+                )
+                return
+            timer = threading.Timer(delay, self._due, (job_id, launch, priority))
+            timer.daemon = True
+            with self._lock:
+                self._timers[job_id] = timer
+            try:
+                timer.start()
+            except BaseException:
+                with self._lock:
+                    self._timers.pop(job_id, None)
+                raise
 
     def _due(self, job_id: str, launch: Launch, priority: int) -> None:
         with self._lock:  # whoever takes the timer out launches the job: this, or a cancel
@@ -230,10 +236,26 @@ class Runtime:
     def run_claimed(self, row: JobRow, launch: Launch) -> None:
         """Run a job a worker already claimed (the row is running, attempt bumped)."""
         job_id = row.record["job_id"]
+        with self._holding(job_id, launch):
+            self.backend.launch(self._run, (row, launch), {}, job_id)
+
+    @contextlib.contextmanager
+    def _holding(self, job_id: str, launch: Launch) -> Iterator[None]:
+        """The job holds a slot here from now on; if handing it to the pool
+        fails (a pool shut down, no thread to be had), it holds none: the
+        caller hears the error, and ``busy`` and ``wait_idle`` do not count a
+        job that will never run."""
         with self._lock:
             self._launches[job_id] = launch
-        self._ensure_beater()
-        self.backend.launch(self._run, (row, launch), {}, job_id)
+        try:
+            self._ensure_beater()
+            yield
+        except BaseException:
+            with self._lock:
+                if self._launches.get(job_id) is launch:
+                    del self._launches[job_id]
+                self._idle.notify_all()
+            raise
 
     def _start_and_run(self, job_id: str, launch: Launch) -> ComputationResult:
         error = None

@@ -145,6 +145,37 @@ def test_a_job_that_cannot_launch_fails_and_frees_its_slot(project, worker, cloc
     wait_until(lambda: worker.busy == 0, what="its slot let go once the failure is written")
 
 
+def test_a_job_its_pool_refuses_fails_and_frees_its_slot(project, worker, clock, monkeypatch):
+    # Given a runtime whose pool refuses work (shut down under the worker)
+    (rt,) = worker.runtimes
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    monkeypatch.setattr(rt.backend, "launch", refuse)
+    job = jobs.enqueue(project, KIND, {"refused": 1}, config=worker.config)
+    # When the worker claims it, its launch fails after the runtime took it
+    assert worker.claim_once() == 1
+    failed = _wait_ended(project, worker, job.job_id, "the job its pool refused, failed")
+    assert failed.status == jobs.FAILED and "cannot schedule" in failed.error
+    # Then no slot stays taken: not the worker's, not the runtime's
+    wait_until(lambda: worker.busy == 0, what="the refused job's slot let go")
+    assert rt.held_jobs() == [] and rt.wait_idle(timeout=0)
+
+
+def test_a_job_its_pool_refuses_holds_no_slot_of_an_in_process_runtime(worker, monkeypatch):
+    (rt,) = worker.runtimes
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    monkeypatch.setattr(rt.backend, "launch", refuse)
+    for due in (None, 0.0):  # launched now (a due time already past launches now too)
+        with pytest.raises(RuntimeError, match="cannot schedule"):
+            rt.submit("f" * 64, Launch(fn=lambda p, params: None, project=None), not_before=due)
+        assert rt.busy == 0 and rt.held_jobs() == [] and rt.wait_idle(timeout=0)
+
+
 def test_slots_a_refill_in_flight_asked_for_are_taken_until_it_answers(project, worker, clock):
     # Given a worker with a backlog and every slot free
     (rt,) = worker.runtimes
