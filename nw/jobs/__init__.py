@@ -3,7 +3,8 @@
 The public surface is exactly ``__all__`` (pinned by a test).
 """
 
-from nw.jobs.console import prune, retry_job, retry_jobs, totals, workers
+from importlib import import_module as _import_module
+
 from nw.jobs.errors import (
     BudgetExceeded,
     ConfigError,
@@ -42,32 +43,36 @@ from nw.jobs.model import (
 )
 from nw.jobs.records import to_dict
 
-# The facade (and what it alone needs: pricing, plans, the cost gate) is
-# imported on first use of one of its names, so a worker process, which runs
-# bodies and never calls the facade, starts without it.
-_FACADE = frozenset(
-    {
-        "cancel_job",
-        "enqueue",
-        "enqueue_many",
-        "estimate",
-        "get_job",
-        "get_job_progress",
-        "list_jobs",
-        "list_limits",
-        "set_limit",
-        "snapshot",
-        "spend",
-        "summarize",
-    }
-)
+# The facade and the console (and what only they need: pricing, plans, the
+# cost gate, the operator's reads) are imported on first use of one of their
+# names, so a worker process, which runs bodies and calls neither, starts
+# without them.
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "cancel_job",
+            "enqueue",
+            "enqueue_many",
+            "estimate",
+            "get_job",
+            "get_job_progress",
+            "list_jobs",
+            "list_limits",
+            "set_limit",
+            "snapshot",
+            "spend",
+            "summarize",
+        ),
+        "nw.jobs.facade",
+    ),
+    **dict.fromkeys(("prune", "retry_job", "retry_jobs", "totals", "workers"), "nw.jobs.console"),
+}
 
 
 def __getattr__(name: str) -> object:
-    if name in _FACADE:
-        from nw.jobs import facade
-
-        value = getattr(facade, name)
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(_import_module(module), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'nw.jobs' has no attribute {name!r}")

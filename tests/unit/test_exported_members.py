@@ -108,3 +108,17 @@ def test_status_constants_are_their_json_values():
         "cancelled",
     ]
     assert nw.jobs.DEFAULT_CONFIG.n_min == 3 and nw.jobs.DEFAULT_CONFIG.heartbeat_stale_s == 120.0
+
+
+def test_every_public_name_resolves_and_a_worker_imports_neither_facade_nor_console():
+    import subprocess
+    import sys
+
+    for name in nw.jobs.__all__:  # the lazily imported ones too
+        assert getattr(nw.jobs, name) is not None, name
+    code = (
+        "import sys, nw.jobs.worker; "
+        "sys.exit(sorted({'nw.jobs.facade', 'nw.jobs.console'} & set(sys.modules)) or 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr  # a worker starts without them
