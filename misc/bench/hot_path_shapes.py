@@ -1,0 +1,273 @@
+"""What a worker's finish-and-claim statement costs on the server, by schema shape.
+
+    python misc/bench/hot_path_shapes.py [--url postgresql://…] [--jobs 20000] [--rounds 300]
+
+Issue 13 asks how much of a PostgreSQL drain's time is the shape of the rows
+a claim and a finish write. This measures one statement, the one a busy
+worker sends per batch (ten finishes, the ten claims that take their slots),
+in a loop on one connection, two ways over the same 20,000 queued jobs:
+
+* ``current``: the store's own ``finish_many_and_claim`` on the real schema
+  (``pg_migrations/``): a claim and a finish each rewrite the wide ``jobs``
+  row (ten indexes) and its ``status`` row;
+* ``no status row``: the same statement without its two ``status`` updates
+  (what folding the au status entry into ``jobs`` would save alone);
+* ``no status, no log``: that, and a claim that does not append the attempt
+  to the record's ``attempts`` log (the ``jsonb_set`` of the wide ``doc``);
+* ``narrow claim``: a prototype (scratch tables in the schema ``nw_shapes``,
+  dropped after): a claim deletes a narrow queue entry and inserts a narrow
+  run row (attempt, lease, runner, beats); a finish fences on that row,
+  deletes it and writes the wide ``jobs`` row once; no ``status`` row.
+
+It prints the statement's wall time on the client and its execution time on
+the server (``pg_stat_statements`` is not needed: the server's own
+``clock_timestamp()`` around the statement, read back in the same round
+trip), median and mean. A prototype, not the store: what it measures is the
+cost of the shape, to decide whether a migration to it would pay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import dict_row
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from nw.jobs.stores.pg_schema import migrate  # noqa: E402
+from nw.jobs.stores.sql import load_queries  # noqa: E402
+
+URL = os.environ.get("NW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+KIND = "shape.noop"
+
+NARROW_DDL = """
+CREATE SCHEMA nw_shapes;
+CREATE TABLE nw_shapes.queue (
+    project_id text NOT NULL, job_id text NOT NULL, priority integer NOT NULL,
+    actor_seq bigint NOT NULL, created_at double precision NOT NULL, kind text NOT NULL,
+    queue_at double precision NOT NULL, PRIMARY KEY (project_id, job_id));
+CREATE INDEX queue_claim
+    ON nw_shapes.queue (project_id, priority DESC, actor_seq, created_at, job_id);
+CREATE TABLE nw_shapes.runs (
+    project_id text NOT NULL, job_id text NOT NULL, attempt integer NOT NULL,
+    runner_id text NOT NULL, lease text NOT NULL, started_at double precision NOT NULL,
+    heartbeat_at double precision NOT NULL, PRIMARY KEY (project_id, job_id));
+"""
+
+NARROW_FINISH_AND_CLAIM = """
+WITH p AS (
+  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
+      AS x(job_id text, attempt integer, au_status text, doc jsonb)
+), fr AS (
+  DELETE FROM nw_shapes.runs r USING p
+   WHERE r.project_id = %(project_id)s AND r.job_id = p.job_id AND r.attempt = p.attempt
+  RETURNING r.job_id
+), fj AS (
+  UPDATE nw_jobs.jobs j
+     SET au_status = p.au_status, finished_at = %(now)s, doc = j.doc || p.doc
+    FROM fr JOIN p USING (job_id)
+   WHERE j.project_id = %(project_id)s AND j.job_id = fr.job_id
+  RETURNING j.job_id
+), picked AS (
+  DELETE FROM nw_shapes.queue q
+   WHERE q.project_id = %(project_id)s AND q.job_id IN (
+         SELECT job_id FROM nw_shapes.queue
+          WHERE project_id = %(project_id)s AND queue_at <= %(now)s
+            AND kind = ANY(%(kinds)s::text[])
+          ORDER BY priority DESC, actor_seq, created_at, job_id
+          LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED)
+  RETURNING q.job_id
+), ins AS (
+  INSERT INTO nw_shapes.runs (project_id, job_id, attempt, runner_id, lease, started_at,
+                              heartbeat_at)
+  SELECT %(project_id)s, job_id, 1, %(runner_id)s, %(lease)s, %(now)s, %(now)s FROM picked
+  RETURNING job_id, attempt
+)
+SELECT (SELECT array_agg(job_id) FROM fj) AS finished, ins.job_id, ins.attempt, j.created_at,
+       j.kind, j.doc
+  FROM ins JOIN nw_jobs.jobs j ON j.project_id = %(project_id)s AND j.job_id = ins.job_id
+"""
+
+TIMED = "SELECT clock_timestamp() AS t"
+
+
+def bulk_queue(conn, project_id: str, n: int) -> None:
+    """``n`` queued no-op jobs of one project, as ``create_many`` writes them."""
+    rows = [
+        {
+            "job_id": f"{i:064x}",
+            "created_at": 1_700_000_000.0 + i,
+            "doc": {"job_id": f"{i:064x}", "kind": KIND, "params": {"i": i}, "label": KIND},
+        }
+        for i in range(n)
+    ]
+    conn.execute(
+        """
+        WITH x AS (SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+                     AS x(job_id text, created_at double precision, doc jsonb)),
+        jb AS (
+          INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, attempt, doc,
+                                    au_status, queue_at, priority, actor_seq)
+          SELECT %(p)s, job_id, created_at, %(kind)s, 0, doc, 'pending', created_at, 0, 1
+            FROM x RETURNING job_id, created_at)
+        INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
+        SELECT %(p)s, job_id, 'pending', to_timestamp(created_at), 0 FROM jb
+        """,
+        {"rows": json.dumps(rows), "p": project_id, "kind": KIND},
+    )
+
+
+def timed(conn, query: str, params: dict) -> tuple[float, float, list[dict]]:
+    """(client wall s, server s, rows) of one statement in one pipeline."""
+    t = time.perf_counter()
+    with conn.pipeline():
+        before = conn.execute(TIMED)
+        cur = conn.execute(query, params)
+        after = conn.execute(TIMED)
+    wall = time.perf_counter() - t
+    rows = cur.fetchall()
+    server = (after.fetchone()["t"] - before.fetchone()["t"]).total_seconds()
+    return wall, server, rows
+
+
+def finish_batch(rows: list[dict], now: float) -> list[dict]:
+    return [
+        {
+            "job_id": r["job_id"],
+            "attempt": r["attempt"],
+            "au_status": "completed",
+            "value": None,
+            "error": None,
+            "cols": {"finished_at": now},
+            "doc": {"finished_at": now, "actual_usd": 0.0},
+        }
+        for r in rows
+    ]
+
+
+def without_status(statement: str) -> str:
+    """``finish_many_and_claim`` without its ``status`` updates (``fs``, ``sb``)."""
+    start = statement.index("), fs AS (")
+    statement = statement[:start] + statement[statement.index("), blocked AS") :]
+    start = statement.index("), sb AS (")
+    statement = statement[:start] + statement[statement.index(")\nSELECT (SELECT") :]
+    statement = statement.replace(" LEFT JOIN sb USING (job_id)", "")
+    return statement.replace(
+        "sb.status, sb.value, sb.error", "'running' AS status, NULL AS value, NULL AS error"
+    )
+
+
+def without_attempts_log(statement: str) -> str:
+    """``statement`` with a claim that leaves ``doc`` as it is."""
+    start = statement.index("doc = jsonb_set(j.doc, '{attempts}',")
+    end = statement.index("'started_at', %(now)s::double precision)))", start)
+    end += len("'started_at', %(now)s::double precision)))")
+    return statement[:start] + "doc = j.doc" + statement[end:]
+
+
+def run_current(
+    conn, statement: str, claim: str, project_id: str, rounds: int, batch: int
+) -> list[tuple[float, float]]:
+    base = {"project_id": project_id, "kinds": [KIND], "runner_id": "shape", "skip_keys": []}
+    rows = conn.execute(
+        claim, {**base, "now": 2e9, "limit": batch, "lease": uuid.uuid4().hex}
+    ).fetchall()
+    out = []
+    for i in range(rounds):
+        now = 2e9 + i
+        args = {
+            **base,
+            "now": now,
+            "limit": batch,
+            "lease": uuid.uuid4().hex,
+            "batch": json.dumps(finish_batch(rows, now)),
+            "job_ids": [r["job_id"] for r in rows],
+        }
+        wall, server, got = timed(conn, statement, args)
+        rows = [r for r in got if r["job_id"] is not None]
+        out.append((wall, server))
+    return out
+
+
+def run_narrow(conn, project_id: str, rounds: int, batch: int) -> list[tuple[float, float]]:
+    conn.execute(
+        "INSERT INTO nw_shapes.queue SELECT project_id, job_id, priority, actor_seq, created_at,"
+        " kind, queue_at FROM nw_jobs.jobs WHERE project_id = %s AND queue_at IS NOT NULL",
+        (project_id,),
+    )
+    base = {"project_id": project_id, "kinds": [KIND], "runner_id": "shape", "limit": batch}
+    rows: list[dict] = []
+    out = []
+    for i in range(rounds + 1):
+        now = 2e9 + i
+        args = {**base, "now": now, "lease": uuid.uuid4().hex}
+        args["batch"] = json.dumps(finish_batch(rows, now))
+        wall, server, got = timed(conn, NARROW_FINISH_AND_CLAIM, args)
+        if rows:  # the first round only claims
+            out.append((wall, server))
+        rows = got
+    return out
+
+
+def report(name: str, samples: list[tuple[float, float]], batch: int) -> None:
+    walls = [w * 1000 for w, _ in samples]
+    servers = [s * 1000 for _, s in samples]
+    print(
+        f"{name:>17}: {batch} finishes + {batch} claims per statement, {len(samples)} statements:"
+        f" server {statistics.median(servers):.2f} ms median ({statistics.mean(servers):.2f} mean),"
+        f" client wall {statistics.median(walls):.2f} ms median"
+        f" = {statistics.median(servers) / batch * 1000:.0f} us of server time per job"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--url", default=URL)
+    ap.add_argument("--jobs", type=int, default=20_000)
+    ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--pairs", type=int, default=3, help="alternating runs of each shape")
+    args = ap.parse_args()
+    base, _, _ = args.url.rpartition("/")
+    db = f"nw_shapes_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(args.url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {db}")
+    url = f"{base}/{db}"
+    try:
+        migrate(url)
+        q = load_queries("postgres_queries.sql")
+        with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+            conn.execute(NARROW_DDL)
+            conn.execute("SET enable_bitmapscan = off; SET enable_sort = off; SET jit = off")
+            for pair in range(args.pairs):
+                for name in ("current", "no status row", "no status, no log", "narrow claim"):
+                    project_id = f"shape-{pair}-{name[0]}-{uuid.uuid4().hex[:6]}"
+                    bulk_queue(conn, project_id, args.jobs)
+                    if name == "narrow claim":
+                        got = run_narrow(conn, project_id, args.rounds, args.batch)
+                    else:
+                        fold = q["finish_many_and_claim"]
+                        statement = fold if name == "current" else without_status(fold)
+                        if name == "no status, no log":
+                            statement = without_attempts_log(statement)
+                        got = run_current(
+                            conn, statement, q["claim"], project_id, args.rounds, args.batch
+                        )
+                    report(name, got, args.batch)
+    finally:
+        with psycopg.connect(args.url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {db} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    main()
