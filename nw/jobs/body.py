@@ -99,6 +99,10 @@ class Launch:
     overdue: bool = False
     decided: outcome.Outcome | None = None
     """How the attempt's end was decided (set when it is written)."""
+    setup: Callable[[Launch], None] | None = None
+    """Called on the body's thread before the attempt, to fill in what may
+    take time to get (a worker's secrets from its provider) off the thread
+    that claimed the job. Must not raise."""
 
 
 class CancelProbe:
@@ -193,6 +197,8 @@ def run_attempt(
     """Run the body once and write its terminal state; returns what au middleware sees.
     ``hand_over``: return once the outcome is handed to the store, not written;
     the result's ``metadata["written"]`` is the future of the store's answer."""
+    if launch.setup is not None:
+        launch.setup(launch)
     row = _fresh_attempt(store, _repredict(store, row, config))
     rec = row.record
     job_id, attempt = rec["job_id"], rec["attempt"]

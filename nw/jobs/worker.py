@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import logging
 import os
@@ -381,17 +382,10 @@ class Worker:
         fn = self._loaded.get(spec.path)
         if fn is None:  # imported once per kind, not per job
             fn = self._loaded[spec.path] = spec.load()
-        try:
-            secrets = dict(self._secrets(rec["kind"], rec.get("params") or {}))
-        except Exception:
-            log.exception("secrets provider failed for kind %s", rec["kind"])
-            secrets = {}
-        fal_key = secrets.get(credentials.FAL)  # without one there is nothing to bind per job
         launch = Launch(
             fn=fn,
             project=_project_of(rt, self),
-            capture=credentials.around_body(None, secrets) if fal_key else None,
-            secrets=secrets,
+            setup=functools.partial(self._with_secrets, rec["kind"], rec.get("params") or {}),
             retryable=spec.retryable,
             stopping=self.stopping,
             timeout_s=spec.timeout_s,
@@ -404,6 +398,19 @@ class Worker:
         # (two lines per job cost a burst of short jobs 15% of its drain rate).
         log.debug("start %s %s attempt %s", rec["kind"], rec["job_id"][:12], attempt)
         rt.run_claimed(row, launch)
+
+    def _with_secrets(self, kind: str, params: Mapping[str, Any], launch: Launch) -> None:
+        """A job's secrets from the provider, on its body's thread (``Launch.setup``):
+        a provider that takes its time holds up that job alone, never the claim
+        or the finishes it rides with. A provider that fails runs the job without."""
+        try:
+            secrets = dict(self._secrets(kind, params))
+        except Exception:
+            log.exception("secrets provider failed for kind %s", kind)
+            secrets = {}
+        launch.secrets = secrets
+        if secrets.get(credentials.FAL):  # without one there is nothing to bind per job
+            launch.capture = credentials.around_body(None, secrets)
 
     def run(self) -> int:
         """Serve until ``stopping`` is set; returns the process exit code."""

@@ -176,6 +176,34 @@ def test_a_job_its_pool_refuses_holds_no_slot_of_an_in_process_runtime(worker, m
         assert rt.busy == 0 and rt.held_jobs() == [] and rt.wait_idle(timeout=0)
 
 
+def test_the_secrets_provider_runs_on_the_bodys_thread_never_the_claims(project, cfg, clock):
+    # A provider may block (a vault over the network): the thread that claims
+    # (the loop's, or a committer's launching a refill) must not wait on it.
+    jobs.register_kind("u.secret", "tests.fixtures.bodies:secret")
+    asked = []
+
+    def provider(kind, params):
+        asked.append(threading.current_thread())
+        if params.get("broken"):
+            raise RuntimeError("vault unreachable")
+        return {"fal": "key-123"}
+
+    w = Worker([project], config=dataclasses.replace(cfg, clock=clock), secrets=provider)
+    try:
+        w._kinds = ["u.secret"]
+        good = jobs.enqueue(project, "u.secret", {}, config=w.config)
+        assert w.claim_once() == 1
+        ok = _wait_ended(project, w, good.job_id, "the job with secrets")
+        assert ok.result == {"names": ["fal"], "fal_len": len("key-123")}
+        broken = jobs.enqueue(project, "u.secret", {"broken": True}, config=w.config)
+        assert w.claim_once() == 1
+        without = _wait_ended(project, w, broken.job_id, "the job whose provider failed")
+        assert without.result == {"names": [], "fal_len": 0}  # it ran, without secrets
+    finally:
+        _close(w)
+    assert len(asked) == 2 and threading.current_thread() not in asked
+
+
 def test_slots_a_refill_in_flight_asked_for_are_taken_until_it_answers(project, worker, clock):
     # Given a worker with a backlog and every slot free
     (rt,) = worker.runtimes
