@@ -548,6 +548,17 @@ def test_a_statement_prepared_on_its_connection_costs_no_round_trip_of_its_own(p
     assert _sent(trace, "Sync") == 8
 
 
+def test_without_pipeline_mode_a_statement_still_runs_paying_its_parse(pg_url, monkeypatch):
+    # A psycopg on a libpq older than 14 has no pipeline mode: `one` is a plain execute.
+    from nw.jobs.stores import pg_database
+
+    monkeypatch.setattr(pg_database, "PIPELINES", False)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        monkeypatch.setattr(conn, "pipeline", None)  # would fail if called
+        rows = [pg_database.one(conn, "SELECT %s::int AS m", (n,)).fetchone() for n in range(8)]
+    assert rows == [(n,) for n in range(8)]
+
+
 def test_a_workers_claims_and_finishes_cost_one_round_trip_each(pg_url, tmp_path, monkeypatch):
     # The store's own statements go through `one`: on its one pooled
     # connection, as many round trips (Syncs) as statements (Binds), though

@@ -196,6 +196,10 @@ def _is_unreachable(exc: BaseException | str) -> bool:
     return isinstance(exc, PoolTimeout) or (isinstance(exc, BaseException) and _is_lost(exc))
 
 
+PIPELINES = psycopg.Pipeline.is_supported()
+"""Whether this psycopg's libpq has pipeline mode (14 and newer; the binary has)."""
+
+
 def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.Cursor:
     """``conn.execute(query, params)`` in one round trip, its rows read after.
 
@@ -205,7 +209,10 @@ def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.
     which a worker in a trickle of jobs pays again and again as its
     connections take their turns. In a pipeline the Parse travels with the
     Bind, Execute and Sync. The statement is its own (implicit) transaction,
-    as on an autocommit connection; its error is raised here."""
+    as on an autocommit connection; its error is raised here. With a libpq
+    older than 14 (no pipeline mode) it is a plain execute."""
+    if not PIPELINES:
+        return conn.execute(query, params)
     with conn.pipeline():
         cur = conn.execute(query, params)
     return cur
