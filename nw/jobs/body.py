@@ -99,6 +99,9 @@ class Launch:
     overdue: bool = False
     decided: outcome.Outcome | None = None
     """How the attempt's end was decided (set when it is written)."""
+    writing: Future | None = None
+    """The outcome's write once it is handed to the store (its answer may
+    still be pending): a stopping worker leaves such a job to it."""
     setup: Callable[[Launch], None] | None = None
     """Called on the body's thread before the attempt, to fill in what may
     take time to get (a worker's secrets from its provider) off the thread
@@ -241,7 +244,7 @@ def run_attempt(
             log.error("job %s crashed: %s (%s)", job_id, ending.message, decided.note)
         else:
             log.warning("job %s body raised %s", job_id, type(error).__name__)
-    written = outcome.write_soon(store, job_id, attempt, decided, value)
+    written = launch.writing = outcome.write_soon(store, job_id, attempt, decided, value)
     if hand_over:  # the slot waits on the answer, not this thread
         answered: Future = Future()
         answered.set_running_or_notify_cancel()
@@ -257,7 +260,8 @@ def run_attempt(
     else:  # a store error is raised here, as by ``write``
         if not written.result():
             _refused(job_id, attempt)
-        launch.decided = decided
+        else:
+            launch.decided = decided
     if decided.au_status is ComputationStatus.COMPLETED and error is None:
         meta["cached"] = meta["cached"] or bool(ending.fields.get("cached"))
         return ComputationResult(value, ComputationStatus.COMPLETED, metadata=meta)
@@ -336,11 +340,17 @@ def _written(
         return
     if not written.result():
         _refused(job_id, attempt)
+        return
     launch.decided = decided
 
 
 def _refused(job_id: str, attempt: int) -> None:
-    log.warning("job %s: attempt %s is no longer current; its outcome was refused", job_id, attempt)
+    log.warning(
+        "job %s: attempt %s is no longer current (or the job was finished meanwhile);"
+        " its outcome was refused",
+        job_id,
+        attempt,
+    )
 
 
 def _cancel_requested(store: JobStore, job_id: str, launch: Launch, returned: bool) -> bool:

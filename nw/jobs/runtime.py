@@ -85,13 +85,28 @@ class PooledThreadBackend(ThreadBackend):
     ) -> None:
         """Queue a launch; the next free thread runs the highest ``priority``
         waiting (FIFO within a priority), not simply the oldest."""
+        entry = (-int(priority), next(self._arrivals), (func, args, kwargs, key))
         with self._waiting_lock:
-            task = (func, args, kwargs, key)
-            heapq.heappush(self._waiting, (-int(priority), next(self._arrivals), task))
-        self._pool.submit(self._next)
+            heapq.heappush(self._waiting, entry)
+        try:
+            self._pool.submit(self._next)
+        except BaseException:
+            # Refused (a pool shut down), or queued but no new thread could
+            # start: taken back, and the caller hears it (and fails the job);
+            # a pool task queued anyway finds one launch fewer. Unless a pool
+            # thread took it meanwhile: then it runs, and was launched.
+            with self._waiting_lock:
+                try:
+                    self._waiting.remove(entry)
+                except ValueError:
+                    return
+                heapq.heapify(self._waiting)
+            raise
 
     def _next(self) -> None:
-        with self._waiting_lock:  # one pool task per launch: there is always one to take
+        with self._waiting_lock:  # one pool task per launch (one taken back: none left)
+            if not self._waiting:
+                return
             _, _, (func, args, kwargs, key) = heapq.heappop(self._waiting)
         self._work(func, args, kwargs, key)
 
@@ -246,6 +261,7 @@ class Runtime:
         caller hears the error, and ``busy`` and ``wait_idle`` do not count a
         job that will never run."""
         with self._lock:
+            before = self._launches.get(job_id)  # a run of the same id letting go
             self._launches[job_id] = launch
         try:
             self._ensure_beater()
@@ -253,7 +269,10 @@ class Runtime:
         except BaseException:
             with self._lock:
                 if self._launches.get(job_id) is launch:
-                    del self._launches[job_id]
+                    if before is None:
+                        del self._launches[job_id]
+                    else:
+                        self._launches[job_id] = before
                 self._idle.notify_all()
             raise
 

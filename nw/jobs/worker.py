@@ -470,7 +470,12 @@ class Worker:
         return 0
 
     def _put_back(self, rt: Runtime, job_id: str) -> int:
-        """Requeue a job whose body outlived the grace period (1 if written)."""
+        """Requeue a job whose body outlived the grace period (1 if written).
+        Not one whose outcome is on its way to the store: a requeue before that
+        write lands would fence it out (the result lost, the job run again)."""
+        launch = self._launches.get(job_id)
+        if launch is not None and launch.writing is not None:
+            return 0
         row = rt.store.get(job_id)
         if row is None or row.status.value != "running":
             return 0

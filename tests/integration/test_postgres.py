@@ -548,6 +548,30 @@ def test_a_statement_prepared_on_its_connection_costs_no_round_trip_of_its_own(p
     assert _sent(trace, "Sync") == 8
 
 
+def test_a_statement_whose_prepare_failed_runs_again_once_it_can(pg_url):
+    # In a pipeline psycopg names a statement prepared before the server has
+    # answered its Parse; a Parse that fails (its table locked past a timeout,
+    # dropped during a migration) must not leave that name behind, or every
+    # later run of the statement on this pooled connection fails.
+    from nw.jobs.stores.pg_database import one
+
+    table = f"prep_{uuid.uuid4().hex[:8]}"
+    query = f"SELECT count(*) AS n FROM {table} WHERE %(x)s::int >= 0"
+    with psycopg.connect(pg_url, autocommit=True) as other:
+        other.execute(f"CREATE TABLE {table} (x int)")
+        try:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                for x in range(5):  # psycopg prepares it on the 6th run
+                    assert one(conn, query, {"x": x}).fetchone() == (0,)
+                other.execute(f"DROP TABLE {table}")
+                with pytest.raises(psycopg.errors.UndefinedTable):
+                    one(conn, query, {"x": 5})  # the Parse fails
+                other.execute(f"CREATE TABLE {table} (x int)")
+                assert [one(conn, query, {"x": x}).fetchone() for x in range(6, 9)] == [(0,)] * 3
+        finally:
+            other.execute(f"DROP TABLE IF EXISTS {table}")
+
+
 def test_without_pipeline_mode_a_statement_still_runs_paying_its_parse(pg_url, monkeypatch):
     # A psycopg on a libpq older than 14 has no pipeline mode: `one` is a plain execute.
     from nw.jobs.stores import pg_database

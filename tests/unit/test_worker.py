@@ -163,6 +163,71 @@ def test_a_job_its_pool_refuses_fails_and_frees_its_slot(project, worker, clock,
     assert rt.held_jobs() == [] and rt.wait_idle(timeout=0)
 
 
+@pytest.mark.parametrize("taken_first", [False, True], ids=["failure-first", "taken-first"])
+def test_a_launch_a_pool_queued_then_failed_runs_or_fails_never_both(
+    project, worker, tmp_path, taken_first
+):
+    # Given a pool that queues the task, then cannot start a thread for it;
+    # its queued task runs after the failure is handled, or before
+    (rt,) = worker.runtimes
+    pool = rt.backend._pool
+    real_submit, real_next = pool.submit, rt.backend._next
+    go, ran_next = threading.Event(), threading.Event()
+
+    def queued_task():
+        go.wait(10)
+        try:
+            real_next()
+        finally:
+            ran_next.set()
+
+    def queued_then_failed(fn, *args, **kwargs):
+        real_submit(queued_task)
+        if taken_first:
+            go.set()
+            assert ran_next.wait(10)
+        raise RuntimeError("can't start new thread")
+
+    pool.submit = queued_then_failed
+    log = tmp_path / "ran.log"
+    job = jobs.enqueue(project, KIND, {"log": str(log), "i": 7}, config=worker.config)
+    try:
+        assert worker.claim_once() == 1
+        go.set()
+        assert ran_next.wait(10), "the queued pool task never ran"
+        ended = _wait_ended(project, worker, job.job_id, "the job whose launch failed")
+        wait_until(lambda: worker.busy == 0, what="its slot let go")
+    finally:
+        pool.submit = real_submit
+    if taken_first:  # a thread took it before the failure came back: it ran, once
+        assert ended.status == jobs.SUCCEEDED and log.read_text().split() == ["7"]
+    else:  # taken back before any thread: failed, and its body never ran
+        assert ended.status == jobs.FAILED and "can't start new thread" in ended.error
+        assert not log.exists()
+
+
+def test_a_stopping_worker_leaves_a_job_whose_outcome_is_on_its_way(project, worker, clock):
+    # Given two jobs of this worker still held after the grace period, running
+    # in the store; one's body has returned and handed its outcome over (the
+    # write not answered yet), the other's body is still running
+    from concurrent.futures import Future
+
+    (rt,) = worker.runtimes
+    for i in range(2):
+        jobs.enqueue(project, KIND, {"i": i}, config=worker.config)
+    rows = rt.store.claim([KIND], now=clock(), runner_id=worker.runner_id, limit=2)
+    handed, running = (row.record["job_id"] for row in rows)
+    for job_id in (handed, running):
+        worker._launches[job_id] = Launch(fn=lambda p, params: None, project=project)
+    worker._launches[handed].writing = Future()
+    # When the worker puts back what outlived the grace
+    # Then only the one still running goes back: the other's own write decides
+    assert worker._put_back(rt, handed) == 0
+    assert worker._put_back(rt, running) == 1
+    assert jobs.get_job(project, handed, config=worker.config).status == jobs.RUNNING
+    assert jobs.get_job(project, running, config=worker.config).status == jobs.QUEUED
+
+
 def test_a_job_its_pool_refuses_holds_no_slot_of_an_in_process_runtime(worker, monkeypatch):
     (rt,) = worker.runtimes
 

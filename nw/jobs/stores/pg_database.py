@@ -213,8 +213,19 @@ def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.
     older than 14 (no pipeline mode) it is a plain execute."""
     if not PIPELINES:
         return conn.execute(query, params)
-    with conn.pipeline():
-        cur = conn.execute(query, params)
+    try:
+        with conn.pipeline():
+            cur = conn.execute(query, params)
+    except psycopg.Error:
+        # In a pipeline psycopg counts a statement prepared as soon as it
+        # sends the Parse; if the statement failed (maybe its Parse: a table
+        # dropped or locked), the name it remembers may not exist on the
+        # server, and every later run here would fail. Forget them all (the
+        # statements are prepared again as they run).
+        if not (conn.broken or conn.closed):
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("DEALLOCATE ALL")
+        raise
     return cur
 
 
