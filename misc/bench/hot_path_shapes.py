@@ -14,6 +14,14 @@ in a loop on one connection, two ways over the same 20,000 queued jobs:
   (what folding the au status entry into ``jobs`` would save alone);
 * ``no status, no log``: that, and a claim that does not append the attempt
   to the record's ``attempts`` log (the ``jsonb_set`` of the wide ``doc``);
+* ``HOT claim``: the store's statement and writes, but claiming from a
+  narrow queue table (its rows deleted by the claim) on a ``jobs`` table
+  whose indexes name no column a claim changes (no ``jobs_claim``; the state
+  index keyed by a generated column that is NULL until the job finishes;
+  the running count's and the finished index's without ``started_at``), so
+  the claim's update of the wide row can be a heap-only (HOT) update, with
+  no index entries (a second scratch database). It also prints how many of
+  the ``jobs`` updates were heap-only in each database;
 * ``narrow claim``: a prototype (scratch tables in the schema ``nw_shapes``,
   dropped after): a claim deletes a narrow queue entry and inserts a narrow
   run row (attempt, lease, runner, beats); a finish fences on that row,
@@ -98,6 +106,30 @@ SELECT (SELECT array_agg(job_id) FROM fj) AS finished, ins.job_id, ins.attempt, 
   FROM ins JOIN nw_jobs.jobs j ON j.project_id = %(project_id)s AND j.job_id = ins.job_id
 """
 
+HOT_DDL = """
+CREATE TABLE nw_jobs.queue (
+    project_id text NOT NULL, job_id text NOT NULL, priority integer NOT NULL,
+    actor_seq bigint NOT NULL, created_at double precision NOT NULL, kind text NOT NULL,
+    limit_key text, queue_at double precision NOT NULL, PRIMARY KEY (project_id, job_id));
+CREATE INDEX queue_claim
+    ON nw_jobs.queue (project_id, priority DESC, actor_seq, created_at, job_id);
+DROP INDEX nw_jobs.jobs_claim;
+DROP INDEX nw_jobs.jobs_state;
+DROP INDEX nw_jobs.jobs_limit_running;
+DROP INDEX nw_jobs.jobs_finished;
+ALTER TABLE nw_jobs.jobs ADD COLUMN settled text
+    GENERATED ALWAYS AS (CASE WHEN finished_at IS NULL THEN NULL
+                              WHEN cancel_requested THEN 'cancelled'
+                              WHEN au_status = 'completed' THEN 'succeeded'
+                              ELSE au_status END) STORED;
+CREATE INDEX jobs_settled ON nw_jobs.jobs (project_id, settled, created_at DESC, job_id DESC)
+    WHERE settled IS NOT NULL;
+CREATE INDEX jobs_limit_live ON nw_jobs.jobs (limit_key)
+    WHERE limit_key IS NOT NULL AND finished_at IS NULL;
+CREATE INDEX jobs_finished ON nw_jobs.jobs (project_id, finished_at) INCLUDE (kind)
+    WHERE finished_at IS NOT NULL;
+"""
+
 TIMED = "SELECT clock_timestamp() AS t"
 
 
@@ -175,13 +207,33 @@ def without_attempts_log(statement: str) -> str:
     return statement[:start] + "doc = j.doc" + statement[end:]
 
 
+def hot_claim(statement: str) -> str:
+    """``finish_many_and_claim`` claiming from ``nw_jobs.queue`` (HOT_DDL)."""
+    source = statement.index("FROM (SELECT job_id, limit_key FROM nw_jobs.jobs")
+    end = statement.index("FOR UPDATE SKIP LOCKED) j", source) + len("FOR UPDATE SKIP LOCKED) j")
+    claim = """    FROM (SELECT job_id, limit_key FROM nw_jobs.queue
+           WHERE project_id = %(project_id)s AND queue_at <= %(now)s
+             AND kind = ANY(%(kinds)s::text[])
+             AND (limit_key IS NULL OR limit_key NOT IN (SELECT limit_key FROM blocked))
+           ORDER BY priority DESC, actor_seq, created_at, job_id
+           LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED) j
+), qd AS (
+  DELETE FROM nw_jobs.queue q USING picked
+   WHERE q.project_id = %(project_id)s AND q.job_id = picked.job_id"""
+    statement = statement[:source] + claim + statement[end:]
+    return statement.replace(
+        "WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL",
+        "WHERE r.limit_key = l.limit_key",
+    )
+
+
 def run_current(
     conn, statement: str, claim: str, project_id: str, rounds: int, batch: int
 ) -> list[tuple[float, float]]:
     base = {"project_id": project_id, "kinds": [KIND], "runner_id": "shape", "skip_keys": []}
-    rows = conn.execute(
-        claim, {**base, "now": 2e9, "limit": batch, "lease": uuid.uuid4().hex}
-    ).fetchall()
+    first = {"now": 2e9, "limit": batch, "lease": uuid.uuid4().hex, "batch": "[]", "job_ids": []}
+    rows = [r for r in conn.execute(claim, {**base, **first}).fetchall() if r["job_id"]]
     out = []
     for i in range(rounds):
         now = 2e9 + i
@@ -239,34 +291,67 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="alternating runs of each shape")
     args = ap.parse_args()
     base, _, _ = args.url.rpartition("/")
-    db = f"nw_shapes_{uuid.uuid4().hex[:8]}"
+    dbs = [f"nw_shapes_{uuid.uuid4().hex[:8]}" for _ in range(2)]  # as migrated; HOT_DDL
     with psycopg.connect(args.url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {db}")
-    url = f"{base}/{db}"
+        for db in dbs:
+            admin.execute(f"CREATE DATABASE {db}")
+    urls = [f"{base}/{db}" for db in dbs]
+    settings = "SET enable_bitmapscan = off; SET enable_sort = off; SET jit = off"
     try:
-        migrate(url)
         q = load_queries("postgres_queries.sql")
-        with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        fold = q["finish_many_and_claim"]
+        for url in urls:
+            migrate(url)
+        with (
+            psycopg.connect(urls[0], autocommit=True, row_factory=dict_row) as conn,
+            psycopg.connect(urls[1], autocommit=True, row_factory=dict_row) as hot,
+        ):
             conn.execute(NARROW_DDL)
-            conn.execute("SET enable_bitmapscan = off; SET enable_sort = off; SET jit = off")
+            hot.execute(HOT_DDL)
+            conn.execute(settings)
+            hot.execute(settings)
+            shapes = ("current", "no status row", "no status, no log", "HOT claim", "narrow claim")
             for pair in range(args.pairs):
-                for name in ("current", "no status row", "no status, no log", "narrow claim"):
+                for name in shapes:
                     project_id = f"shape-{pair}-{name[0]}-{uuid.uuid4().hex[:6]}"
-                    bulk_queue(conn, project_id, args.jobs)
+                    on = hot if name == "HOT claim" else conn
+                    bulk_queue(on, project_id, args.jobs)
                     if name == "narrow claim":
                         got = run_narrow(conn, project_id, args.rounds, args.batch)
-                    else:
-                        fold = q["finish_many_and_claim"]
-                        statement = fold if name == "current" else without_status(fold)
+                        report(name, got, args.batch)
+                        continue
+                    statement = fold
+                    if name == "HOT claim":
+                        on.execute(
+                            "INSERT INTO nw_jobs.queue SELECT project_id, job_id, priority,"
+                            " actor_seq, created_at, kind, limit_key, queue_at FROM nw_jobs.jobs"
+                            " WHERE project_id = %s AND queue_at IS NOT NULL",
+                            (project_id,),
+                        )
+                        statement = hot_claim(fold)
+                    elif name != "current":
+                        statement = without_status(fold)
                         if name == "no status, no log":
                             statement = without_attempts_log(statement)
-                        got = run_current(
-                            conn, statement, q["claim"], project_id, args.rounds, args.batch
-                        )
+                    claim = hot_claim(fold) if name == "HOT claim" else q["claim"]
+                    got = run_current(on, statement, claim, project_id, args.rounds, args.batch)
                     report(name, got, args.batch)
+            for label, c in (("as migrated", conn), ("HOT_DDL", hot)):
+                c.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now
+                c.execute("SELECT 1")
+                upd, hot_upd = (
+                    c.execute(
+                        "SELECT n_tup_upd AS u, n_tup_hot_upd AS h FROM pg_stat_user_tables"
+                        " WHERE schemaname = 'nw_jobs' AND relname = 'jobs'"
+                    )
+                    .fetchone()
+                    .values()
+                )
+                print(f"jobs rows updated, {label}: {upd}, of which heap-only (HOT): {hot_upd}")
     finally:
         with psycopg.connect(args.url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE {db} WITH (FORCE)")
+            for db in dbs:
+                admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 if __name__ == "__main__":
