@@ -13,7 +13,6 @@ write paths (``enqueue``, the worker); the read paths never make one.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import logging
@@ -22,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -224,7 +223,9 @@ class Runtime:
         """Run a job this process enqueued, when a pool thread is free (higher
         ``priority`` first); a delayed one joins the pool's queue only when due,
         so it holds no thread while it waits."""
-        with self._holding(job_id, launch):
+        before = self._hold(job_id, launch)
+        try:
+            self._ensure_beater()
             delay = None if not_before is None else not_before - self.config.clock()
             if delay is None or delay <= 0:
                 self.backend.launch(
@@ -241,6 +242,9 @@ class Runtime:
                 with self._lock:
                     self._timers.pop(job_id, None)
                 raise
+        except BaseException:
+            self._unhold(job_id, launch, before)
+            raise
 
     def _due(self, job_id: str, launch: Launch, priority: int) -> None:
         with self._lock:  # whoever takes the timer out launches the job: this, or a cancel
@@ -251,30 +255,33 @@ class Runtime:
     def run_claimed(self, row: JobRow, launch: Launch) -> None:
         """Run a job a worker already claimed (the row is running, attempt bumped)."""
         job_id = row.record["job_id"]
-        with self._holding(job_id, launch):
-            self.backend.launch(self._run, (row, launch), {}, job_id)
-
-    @contextlib.contextmanager
-    def _holding(self, job_id: str, launch: Launch) -> Iterator[None]:
-        """The job holds a slot here from now on; if handing it to the pool
-        fails (a pool shut down, no thread to be had), it holds none: the
-        caller hears the error, and ``busy`` and ``wait_idle`` do not count a
-        job that will never run."""
-        with self._lock:
-            before = self._launches.get(job_id)  # a run of the same id letting go
-            self._launches[job_id] = launch
+        before = self._hold(job_id, launch)
         try:
             self._ensure_beater()
-            yield
+            self.backend.launch(self._run, (row, launch), {}, job_id)
         except BaseException:
-            with self._lock:
-                if self._launches.get(job_id) is launch:
-                    if before is None:
-                        del self._launches[job_id]
-                    else:
-                        self._launches[job_id] = before
-                self._idle.notify_all()
+            self._unhold(job_id, launch, before)
             raise
+
+    def _hold(self, job_id: str, launch: Launch) -> Launch | None:
+        """The job holds a slot here from now on; returns the launch of a run of
+        the same id that was letting go (``_unhold`` puts it back)."""
+        with self._lock:
+            before = self._launches.get(job_id)
+            self._launches[job_id] = launch
+        return before
+
+    def _unhold(self, job_id: str, launch: Launch, before: Launch | None) -> None:
+        """Handing the job to the pool failed (a pool shut down, no thread to be
+        had): it holds no slot, so ``busy`` and ``wait_idle`` do not count a job
+        that will never run; the caller hears the error."""
+        with self._lock:
+            if self._launches.get(job_id) is launch:
+                if before is None:
+                    del self._launches[job_id]
+                else:
+                    self._launches[job_id] = before
+            self._idle.notify_all()
 
     def _start_and_run(self, job_id: str, launch: Launch) -> ComputationResult:
         error = None
