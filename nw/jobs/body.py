@@ -99,9 +99,11 @@ class Launch:
     overdue: bool = False
     decided: outcome.Outcome | None = None
     """How the attempt's end was decided (set when it is written)."""
-    writing: Future | None = None
-    """The outcome's write once it is handed to the store (its answer may
-    still be pending): a stopping worker leaves such a job to it."""
+    handed_over: bool = False
+    """The attempt's outcome is on its way to the store (its answer may still
+    be pending): a stopping worker leaves such a job to it. A flag, not the
+    write's future: that future's callbacks hold this launch (a cycle per job
+    for the garbage collector to walk)."""
     setup: Callable[[Launch], None] | None = None
     """Called on the body's thread before the attempt, to fill in what may
     take time to get (a worker's secrets from its provider) off the thread
@@ -244,7 +246,8 @@ def run_attempt(
             log.error("job %s crashed: %s (%s)", job_id, ending.message, decided.note)
         else:
             log.warning("job %s body raised %s", job_id, type(error).__name__)
-    written = launch.writing = outcome.write_soon(store, job_id, attempt, decided, value)
+    launch.handed_over = True
+    written = outcome.write_soon(store, job_id, attempt, decided, value)
     if hand_over:  # the slot waits on the answer, not this thread
         answered: Future = Future()
         answered.set_running_or_notify_cancel()

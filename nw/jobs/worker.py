@@ -474,7 +474,7 @@ class Worker:
         Not one whose outcome is on its way to the store: a requeue before that
         write lands would fence it out (the result lost, the job run again)."""
         launch = self._launches.get(job_id)
-        if launch is not None and launch.writing is not None:
+        if launch is not None and launch.handed_over:
             return 0
         row = rt.store.get(job_id)
         if row is None or row.status.value != "running":

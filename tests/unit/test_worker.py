@@ -210,8 +210,6 @@ def test_a_stopping_worker_leaves_a_job_whose_outcome_is_on_its_way(project, wor
     # Given two jobs of this worker still held after the grace period, running
     # in the store; one's body has returned and handed its outcome over (the
     # write not answered yet), the other's body is still running
-    from concurrent.futures import Future
-
     (rt,) = worker.runtimes
     for i in range(2):
         jobs.enqueue(project, KIND, {"i": i}, config=worker.config)
@@ -219,7 +217,7 @@ def test_a_stopping_worker_leaves_a_job_whose_outcome_is_on_its_way(project, wor
     handed, running = (row.record["job_id"] for row in rows)
     for job_id in (handed, running):
         worker._launches[job_id] = Launch(fn=lambda p, params: None, project=project)
-    worker._launches[handed].writing = Future()
+    worker._launches[handed].handed_over = True
     # When the worker puts back what outlived the grace
     # Then only the one still running goes back: the other's own write decides
     assert worker._put_back(rt, handed) == 0
