@@ -537,15 +537,15 @@ def test_a_statement_prepared_on_its_connection_costs_no_round_trip_of_its_own(p
     with psycopg.connect(pg_url, autocommit=True) as conn:
         f = _traced_syncs(conn, trace)
         try:
-            rows = [one(conn, "SELECT %(n)s::int + 1 AS m", {"n": n}).fetchone() for n in range(8)]
+            rows = [one(conn, "SELECT %(n)s::int + 1 AS m", {"n": n}).fetchone() for n in range(20)]
         finally:
             conn.pgconn.untrace()
             f.close()
         prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0]
-    assert rows == [(n + 1,) for n in range(8)]
+    assert rows == [(n + 1,) for n in range(20)]
     assert prepared == 1  # it was prepared: the case this is about
-    assert _sent(trace, "Parse+") == 1 and _sent(trace, "Bind") == 8
-    assert _sent(trace, "Sync") == 8
+    assert _sent(trace, "Parse+") == 1 and _sent(trace, "Bind") == 20
+    assert _sent(trace, "Sync") == 20  # before it was prepared, and after
 
 
 def test_a_statement_whose_prepare_failed_runs_again_once_it_can(pg_url):

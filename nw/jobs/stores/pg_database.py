@@ -203,16 +203,28 @@ PIPELINES = psycopg.Pipeline.is_supported()
 def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.Cursor:
     """``conn.execute(query, params)`` in one round trip, its rows read after.
 
-    psycopg prepares a statement on a connection once it has run it a few
-    times, and outside a pipeline it sends that Parse on its own and waits
-    for it: a round trip more, once per statement and pooled connection,
-    which a worker in a trickle of jobs pays again and again as its
-    connections take their turns. In a pipeline the Parse travels with the
-    Bind, Execute and Sync. The statement is its own (implicit) transaction,
-    as on an autocommit connection; its error is raised here. With a libpq
-    older than 14 (no pipeline mode) it is a plain execute."""
-    if not PIPELINES:
+    psycopg prepares a statement on a connection once it has run it
+    ``prepare_threshold`` times, and outside a pipeline it sends that Parse on
+    its own and waits for it: a round trip more, once per statement and
+    pooled connection, which a worker in a trickle of jobs pays again and
+    again as its connections take their turns. In a pipeline the Parse
+    travels with the Bind, Execute and Sync. A pipeline costs some CPU, so
+    only a statement's first runs on a connection go in one (until psycopg
+    has prepared it; twice the threshold, for a statement whose parameters'
+    types vary and so is prepared once per combination). The statement is
+    its own (implicit) transaction, as on an autocommit connection; its error
+    is raised here. With a libpq older than 14 (no pipeline mode) it is a
+    plain execute."""
+    threshold = conn.prepare_threshold
+    if not PIPELINES or threshold is None:
         return conn.execute(query, params)
+    runs = getattr(conn, "_nw_runs", None)
+    if runs is None:  # this connection's count of runs per statement
+        runs = conn._nw_runs = {}  # type: ignore[attr-defined]
+    n = runs.get(query, 0)
+    if n > 2 * threshold:
+        return conn.execute(query, params)
+    runs[query] = n + 1
     try:
         with conn.pipeline():
             cur = conn.execute(query, params)
@@ -221,10 +233,11 @@ def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.
         # sends the Parse; if the statement failed (maybe its Parse: a table
         # dropped or locked), the name it remembers may not exist on the
         # server, and every later run here would fail. Forget them all (the
-        # statements are prepared again as they run).
+        # statements are prepared again as they run, in a pipeline).
         if not (conn.broken or conn.closed):
             with contextlib.suppress(psycopg.Error):
                 conn.execute("DEALLOCATE ALL")
+            runs.clear()
         raise
     return cur
 
