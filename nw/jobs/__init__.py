@@ -46,32 +46,14 @@ from nw.jobs.records import to_dict
 # The facade and the console (and what only they need: pricing, plans, the
 # cost gate, the operator's reads) are imported on first use of one of their
 # names, so a worker process, which runs bodies and calls neither, starts
-# without them.
-_LAZY = {
-    **dict.fromkeys(
-        (
-            "cancel_job",
-            "enqueue",
-            "enqueue_many",
-            "estimate",
-            "get_job",
-            "get_job_progress",
-            "list_jobs",
-            "list_limits",
-            "set_limit",
-            "snapshot",
-            "spend",
-            "summarize",
-        ),
-        "nw.jobs.facade",
-    ),
-    **dict.fromkeys(("prune", "retry_job", "retry_jobs", "totals", "workers"), "nw.jobs.console"),
-}
+# without them: a public name not imported above is the console's if listed
+# here, else the facade's.
+_CONSOLE = frozenset({"prune", "retry_job", "retry_jobs", "totals", "workers"})
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is not None:
+    if name in __all__:
+        module = "nw.jobs.console" if name in _CONSOLE else "nw.jobs.facade"
         value = getattr(_import_module(module), name)
         globals()[name] = value
         return value
