@@ -2,7 +2,7 @@
 drain counts ours (issue 13). Prints; asserts nothing.
 
     cd ../shared/bench && "$V/bin/python" ../../main/misc/bench/peer_cpu.py \
-        [--jobs 4000] [--workers 1 2] [--driver asyncpg psycopg] [--url postgresql://…/postgres]
+        [--jobs 4000] [--workers 1 2] [--driver asyncpg psycopg matched] [--url postgresql://…/postgres]
 
 Run with the shared harness's environment (``$V`` in ``../shared/bench/README.md``:
 pgqueuer, asyncpg) from that folder: it uses the harness's pgqueuer peers (their
@@ -33,14 +33,8 @@ from bench_bodies import cpu_seconds, server_cpu_seconds  # noqa: E402
 DB = "peer_cpu"
 
 
-def drain(peers, driver: str, base: str, n_jobs: int, n_workers: int) -> str:
-    peer = {"asyncpg": peers.PgQueuerAsyncpgPeer, "psycopg": peers.PgQueuerPeer}[driver]()
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB}")
-        conn.execute(f"CREATE DATABASE {DB}")
-    dsn = base.rsplit("/", 1)[0] + "/" + DB
-    env = {**os.environ, "WORKER_PEERS_DSN": dsn}
-    peer.install(dsn, env)
+def enqueue_noops(peer, dsn: str, n_jobs: int) -> None:
+    """``n_jobs`` no-op jobs through a harness peer's producer, 1,000 at a time."""
 
     async def enqueue() -> None:
         async with peer.producer(dsn) as p:
@@ -48,6 +42,21 @@ def drain(peers, driver: str, base: str, n_jobs: int, n_workers: int) -> str:
                 await p.enqueue_noops(min(1000, n_jobs - start))
 
     asyncio.run(enqueue())
+
+
+def drain(peers, driver: str, base: str, n_jobs: int, n_workers: int) -> str:
+    if driver == "matched":  # over asyncpg, with nw-jobs' guarantees
+        from peer_pgq_matched import Matched as peer_class
+    else:
+        peer_class = {"asyncpg": peers.PgQueuerAsyncpgPeer, "psycopg": peers.PgQueuerPeer}[driver]
+    peer = peer_class()
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB}")
+        conn.execute(f"CREATE DATABASE {DB}")
+    dsn = base.rsplit("/", 1)[0] + "/" + DB
+    env = {**os.environ, "WORKER_PEERS_DSN": dsn}
+    peer.install(dsn, env)
+    enqueue_noops(peer, dsn, n_jobs)
     procs = [
         subprocess.Popen(
             peer.worker_argv(10),
@@ -88,7 +97,13 @@ def main() -> None:
     ap.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--jobs", type=int, default=4000)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--driver", nargs="+", default=["asyncpg", "psycopg"])
+    ap.add_argument(
+        "--driver",
+        nargs="+",
+        default=["asyncpg", "psycopg"],
+        choices=["asyncpg", "psycopg", "matched"],
+        help="matched: over asyncpg, with nw-jobs' guarantees (peer_pgq_matched.py)",
+    )
     args = ap.parse_args()
     sys.path.insert(0, os.getcwd())  # the shared harness, run from its folder
     import worker_peers as peers

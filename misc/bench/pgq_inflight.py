@@ -20,7 +20,6 @@ concurrency C"; this says what C bounds for each.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import subprocess
@@ -33,6 +32,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, os.getcwd())  # the shared harness, run from its folder
+from peer_cpu import enqueue_noops
 from peer_pgq_matched import Capped, Matched
 from worker_peers import HERE, PgQueuerAsyncpgPeer
 
@@ -51,13 +51,7 @@ def measure(peer, admin: str, jobs: int, concurrency: int) -> None:
     worker = None
     try:
         peer.install(dsn, env)
-
-        async def enqueue() -> None:
-            async with peer.producer(dsn) as p:
-                for start in range(0, jobs, 1000):
-                    await p.enqueue_noops(min(1000, jobs - start))
-
-        asyncio.run(enqueue())
+        enqueue_noops(peer, dsn, jobs)
         argv = peer.worker_argv(concurrency)
         worker = subprocess.Popen(
             argv, env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
