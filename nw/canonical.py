@@ -51,44 +51,62 @@ class NotJson(InvalidType):
         self.what = what
 
 
+_LEAVES = frozenset({str, bool, int, type(None)})
+"""The exact types that are JSON as they are (their subclasses take the long way)."""
+
+
 def first_unjsonable(value: Any, path: str, *, dicts_only: bool = False) -> tuple[str, str] | None:
     """``(path, what)`` of the first value that is not JSON, else None.
 
     Iterative, so nesting deeper than Python's recursion limit is judged, not
     crashed on. ``dicts_only`` refuses a mapping that is not a ``dict``, as
-    ``json.dumps`` (and so falaw) does.
+    ``json.dumps`` (and so falaw) does. It sits on every enqueue and every
+    finish: plain values are judged by their exact type first, and a path is
+    spelled only for the value it reports.
     """
     on_path: set[int] = set()
     stack: list[Any] = [(value, path)]
     while stack:
         node, where = stack.pop()
+        kind = type(node)
+        if kind in _LEAVES:
+            continue
         if node is _EXIT:
             on_path.discard(where)
             continue
-        if node is None or isinstance(node, (str, bool, int)):
-            continue
-        if isinstance(node, float):
-            if not math.isfinite(node):
-                return where, repr(float(node))
-            continue
-        if isinstance(node, (Mapping, list, tuple)):
+        if kind is not dict and kind is not list and kind is not tuple:
+            if isinstance(node, (str, bool, int)):
+                continue
+            if isinstance(node, float):
+                if not math.isfinite(node):
+                    return _spelled(where), repr(float(node))
+                continue
+            if not isinstance(node, (Mapping, list, tuple)):
+                return _spelled(where), f"a {kind.__name__}"
             if isinstance(node, Mapping) and dicts_only and not isinstance(node, dict):
-                return where, f"a {type(node).__name__}, not a dict"
-            if id(node) in on_path:
-                return where, "a circular reference"
-            on_path.add(id(node))
-            stack.append((_EXIT, id(node)))
-            if isinstance(node, Mapping):
-                for key in node:
-                    if not isinstance(key, str):
-                        return f"{where}[{key!r}]", "a non-string key"
-                children = [(v, f"{where}.{k}") for k, v in node.items()]
-            else:
-                children = [(v, f"{where}[{i}]") for i, v in enumerate(node)]
-            stack.extend(reversed(children))  # report the first offender in order
-            continue
-        return where, f"a {type(node).__name__}"
+                return _spelled(where), f"a {kind.__name__}, not a dict"
+        if id(node) in on_path:
+            return _spelled(where), "a circular reference"
+        on_path.add(id(node))
+        stack.append((_EXIT, id(node)))
+        if kind is dict or (kind is not list and kind is not tuple and isinstance(node, Mapping)):
+            for key in node:
+                if type(key) is not str and not isinstance(key, str):
+                    return f"{_spelled(where)}[{key!r}]", "a non-string key"
+            children = [(v, (where, ".", k)) for k, v in node.items()]
+        else:
+            children = [(v, (where, "[", i)) for i, v in enumerate(node)]
+        stack.extend(reversed(children))  # report the first offender in order
     return None
+
+
+def _spelled(where: str | tuple) -> str:
+    """A path as ``first_unjsonable`` reports it: ``params.a[2].b``."""
+    parts: list[str] = []
+    while isinstance(where, tuple):
+        where, how, key = where
+        parts.append(f".{key}" if how == "." else f"[{key}]")
+    return where + "".join(reversed(parts))
 
 
 def is_json(value: Any) -> bool:
