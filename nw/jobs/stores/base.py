@@ -503,9 +503,17 @@ def bucketed(r: Mapping[str, Any], bounds: Sequence[float]) -> dict[str, Any]:
 
 def settled(call: Callable[[], Any]) -> Future:
     """A future already settled with what ``call()`` returns, or what it raises."""
-    future: Future = Future()
     try:
-        future.set_result(call())
+        value = call()
     except Exception as exc:
-        future.set_exception(exc)
+        return settled_error(exc)
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
+def settled_error(exc: BaseException) -> Future:
+    """A future already settled with ``exc``."""
+    future: Future = Future()
+    future.set_exception(exc)
     return future

@@ -78,7 +78,7 @@ from nw.jobs.stores.base import (
     check_distinct,
     due_at,
     rollup_rows,
-    settled,
+    settled_error,
     split_record,
     utc_day,
 )
@@ -661,8 +661,11 @@ class PostgresJobStore(JobStore):
     def finish_soon(self, job_id: str, **finish: Any) -> Future:
         """See ``JobStore.finish_soon``: the finish joins the group commit (a
         finish refused before, alone, is a settled future)."""
-        item = settled(lambda: self._finish_item(job_id, **finish))
-        return item if item.exception() is not None else self._finishes.submit_soon(item.result())
+        try:
+            item = self._finish_item(job_id, **finish)
+        except Exception as exc:
+            return settled_error(exc)
+        return self._finishes.submit_soon(item)
 
     def _finish_item(
         self,
