@@ -5,7 +5,7 @@
 Issue 13 asks how much of a PostgreSQL drain's time is the shape of the rows
 a claim and a finish write. This measures one statement, the one a busy
 worker sends per batch (ten finishes, the ten claims that take their slots),
-in a loop on one connection, two ways over the same 20,000 queued jobs:
+in a loop on one connection, in several shapes over 20,000 queued jobs each:
 
 * ``current``: the store's own ``finish_many_and_claim`` on the real schema
   (``pg_migrations/``): a claim and a finish each rewrite the wide ``jobs``
@@ -26,6 +26,12 @@ in a loop on one connection, two ways over the same 20,000 queued jobs:
   dropped after): a claim deletes a narrow queue entry and inserts a narrow
   run row (attempt, lease, runner, beats); a finish fences on that row,
   deletes it and writes the wide ``jobs`` row once; no ``status`` row.
+* ``floor``: the statement of ``peer_floor.py`` (``floor_sql.py``: one narrow
+  table keyed by a bigint, one queue index, the finishes and the claims two
+  plain updates), alone, on rows as wide as nw-jobs' (a 725-byte ``doc`` the
+  statement never touches), and on those with ten more indexes (eleven, as
+  ``jobs`` has): what the floor's workers would pay for nw-jobs' row width
+  and index count.
 
 It prints the statement's wall time on the client and its execution time on
 the server (``pg_stat_statements`` is not needed: the server's own
@@ -50,6 +56,11 @@ from psycopg.rows import dict_row
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+from floor_sql import CLAIM as FLOOR_CLAIM  # noqa: E402
+from floor_sql import FINISH_AND_CLAIM as FLOOR_FINISH_AND_CLAIM  # noqa: E402
+from floor_sql import SCHEMA as FLOOR_SCHEMA  # noqa: E402
 
 from nw.jobs.stores.pg_schema import migrate  # noqa: E402
 from nw.jobs.stores.sql import load_queries  # noqa: E402
@@ -271,6 +282,52 @@ def run_narrow(conn, project_id: str, rounds: int, batch: int) -> list[tuple[flo
     return out
 
 
+#: A no-op job's record as nw-jobs' ``doc`` holds it (725 bytes), for the floor's wide rows.
+WIDE_DOC = {
+    "label": KIND, "params": {"i": 0}, "run_id": "0" * 32, "runner": "worker", "eta_key": None,
+    "eta_p50": 30.0, "eta_p90": 45.0, "attempts": [], "priority": 0, "limit_key": None,
+    "retryable": False, "not_before": None, "output_kind": None, "eta_progress": None,
+    "max_attempts": 1, "estimated_usd": None, "eta_candidates": [], "eta_confidence": "prior",
+    "idempotency_key": "0" * 64, "expected_cache_hit": False, "actor": None, "units": None,
+}  # fmt: skip
+FLOOR_SHAPES = {
+    "floor": (False, 0),
+    "floor, wide row": (True, 0),
+    "floor, wide, 11 idx": (True, 10),
+}
+
+
+def run_floor(
+    conn, wide: bool, indexes: int, jobs: int, rounds: int, batch: int
+) -> list[tuple[float, float]]:
+    """The floor's statement (``floor_sql.py``, one narrow table with one
+    index) over ``jobs`` queued rows; ``wide``: each row also carries a
+    ``doc`` as wide as nw-jobs' (never read or written by the statement);
+    ``indexes``: that many more indexes on columns the claim changes."""
+    conn.execute("DROP TABLE IF EXISTS floor_jobs")
+    conn.execute(FLOOR_SCHEMA)
+    if wide:
+        conn.execute("ALTER TABLE floor_jobs ADD COLUMN doc jsonb")
+    for i in range(indexes):
+        conn.execute(f"CREATE INDEX floor_extra_{i} ON floor_jobs (kind, runner, id, started_at)")
+    conn.execute(
+        "INSERT INTO floor_jobs (kind, params"
+        + (", doc" if wide else "")
+        + ") SELECT %(kind)s, jsonb_build_object('i', g)"
+        + (", %(doc)s::jsonb" if wide else "")
+        + " FROM generate_series(1, %(n)s) g",
+        {"kind": KIND, "doc": json.dumps(WIDE_DOC), "n": jobs},
+    )
+    rows = conn.execute(FLOOR_CLAIM, {"runner": "shape", "want": batch}).fetchall()
+    out = []
+    for _ in range(rounds):
+        args = {"done": [r["id"] for r in rows], "runner": "shape", "want": batch}
+        wall, server, rows = timed(conn, FLOOR_FINISH_AND_CLAIM, args)
+        out.append((wall, server))
+    conn.execute("DROP TABLE floor_jobs")
+    return out
+
+
 def report(name: str, samples: list[tuple[float, float]], batch: int) -> None:
     walls = [w * 1000 for w, _ in samples]
     servers = [s * 1000 for _, s in samples]
@@ -312,6 +369,9 @@ def main() -> None:
             hot.execute(settings)
             shapes = ("current", "no status row", "no status, no log", "HOT claim", "narrow claim")
             for pair in range(args.pairs):
+                for name, (wide, indexes) in FLOOR_SHAPES.items():
+                    got = run_floor(conn, wide, indexes, args.jobs, args.rounds, args.batch)
+                    report(name, got, args.batch)
                 for name in shapes:
                     project_id = f"shape-{pair}-{name[0]}-{uuid.uuid4().hex[:6]}"
                     on = hot if name == "HOT claim" else conn
