@@ -7,7 +7,10 @@ the process's own beat every ``worker_beat_interval_s`` (one small write: the
 runners row; in a worker, the same statement reads every runner, for the
 reaper that a thread of its own ticks with it) and, every
 ``heartbeat_interval_s``, every held job in one coalesced write, learning of
-cancels requested by other processes. Runtimes are made on first need by the
+cancels requested by other processes. Where the store sends a claim and the
+runner's beat in one round trip (``JobStore.claim_and_beat``), a worker's
+claims carry the beat when it is half due and the thread waits an interval
+from that beat instead. Runtimes are made on first need by the
 write paths (``enqueue``, the worker); the read paths never make one.
 """
 
@@ -179,6 +182,9 @@ class Runtime:
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
+        self._beat_at = time.monotonic()
+        """When the runner's own beat last went (``time.monotonic``), on the
+        beat thread or riding a claim (``rode``)."""
         me = {
             "role": role,
             **procs.this_process(),
@@ -380,16 +386,47 @@ class Runtime:
         beat = lambda now: self.store.beat_runner(self.runner_id, now=now)  # noqa: E731
         return RunnersRead.timed(beat, self.config)
 
+    @property
+    def _tick(self) -> float:
+        return min(self.config.worker_beat_interval_s, self.config.heartbeat_interval_s)
+
+    def beat_may_ride(self) -> bool:
+        """Half the beat interval has passed since the runner's beat: a claim
+        made now may carry the next one (``JobStore.claim_and_beat``)."""
+        return time.monotonic() - self._beat_at >= self._tick / 2
+
+    def rode(self, read: RunnersRead) -> None:
+        """The runner's beat went with a claim (``read`` is what it read): the
+        beat thread's next beat waits a whole interval from it, and the
+        beat's listener hears it as it hears the beat thread's."""
+        self._beat_at = read.asked
+        on_beat = self.on_beat
+        if on_beat is not None:
+            try:
+                on_beat(read)
+            except Exception:
+                log.exception("the beat's listener failed")
+
     def _beat_loop(self) -> None:
         # Two cadences on one thread: the process beat often (cheap, one row) so a
         # dead worker is found in seconds; each held job's beat at the seed's pace.
-        tick = min(self.config.worker_beat_interval_s, self.config.heartbeat_interval_s)
+        # A beat that rode a claim (``rode``) counts: the next is an interval after it.
         last_jobs, failing = time.monotonic(), False
         while not self._stop.is_set():
             on_beat, read = self.on_beat, None  # one value per round: it is set after start
+            now = time.monotonic()
+            rest, jobs_due = beat_rest(
+                now,
+                runner_due=self._beat_at + self._tick,
+                jobs_due=last_jobs + self.config.heartbeat_interval_s,
+            )
+            if rest > 0:
+                self._stop.wait(rest)
+                continue
+            self._beat_at = now
             try:
-                if time.monotonic() - last_jobs >= self.config.heartbeat_interval_s:
-                    last_jobs = time.monotonic()
+                if jobs_due:
+                    last_jobs = now
                     self.beat_once()
                 else:
                     read = self.beat_worker(read_runners=on_beat is not None)
@@ -403,7 +440,6 @@ class Runtime:
                     on_beat(False if failing else read)
                 except Exception:
                     log.exception("the beat's listener failed")
-            self._stop.wait(tick)
 
     def close(self, *, wait: bool = True) -> None:
         self._stop.set()
@@ -479,3 +515,13 @@ def shutdown_runtimes(*, wait: bool = True) -> None:
         _RUNTIMES.clear()
     for rt in runtimes:
         rt.close(wait=wait)
+
+
+def beat_rest(now: float, *, runner_due: float, jobs_due: float) -> tuple[float, bool]:
+    """The beat thread's next step at ``now`` (monotonic), given when the
+    runner's beat and the held jobs' beat fall due: ``(rest, jobs)``, how long
+    to wait first (0: beat now) and whether this beat is the jobs' (which
+    beats the runner too)."""
+    if now >= jobs_due:
+        return 0.0, True
+    return max(min(runner_due, jobs_due) - now, 0.0), False

@@ -276,9 +276,7 @@ class Worker:
                 if free <= 0:
                     break
                 try:
-                    rows = rt.store.claim(
-                        names, now=self.config.clock(), runner_id=self.runner_id, limit=free
-                    )
+                    rows = self._claim(rt, names, free)
                 except Exception:
                     log.exception("claiming from %s failed", rt.store)
                     continue
@@ -287,6 +285,21 @@ class Worker:
                     self._launch_safely(rt, row)
                     started += 1
         return started
+
+    def _claim(self, rt: Runtime, names: Sequence[str], free: int) -> list[JobRow]:
+        """``free`` jobs' claim from ``rt``'s store; the runner's beat rides it
+        (one round trip for both) once half a beat interval has passed since
+        the last, so a worker in a trickle of jobs beats for nothing."""
+        now = self.config.clock()
+        if not rt.beat_may_ride():
+            return rt.store.claim(names, now=now, runner_id=self.runner_id, limit=free)
+        asked = time.monotonic()
+        rows, runners = rt.store.claim_and_beat(
+            names, now=now, runner_id=self.runner_id, limit=free
+        )
+        if runners is not None:
+            rt.rode(RunnersRead(runners, asked, time.monotonic(), now))
+        return rows
 
     def _put_back_lost(self, rt: Runtime) -> None:
         """Jobs our claims took though they raised (``lost_claims``: the database

@@ -686,6 +686,29 @@ def test_beat_runner_stamps_the_runner_and_reads_every_runner(store):
     assert sorted(store.runners(), key=lambda r: r["runner_id"]) == [got["w1"], got["w2"]]
 
 
+def test_claim_and_beat_claims_as_claim_does_and_beats_where_it_can(store):
+    # Given a runner and three queued jobs
+    store.register_runner("w1", {"role": "worker", "host": "h1"}, now=T0)
+    a, b, _c = queued(store, 3)
+    # When it claims two of them with its beat
+    rows, runners = store.claim_and_beat(["render"], now=T0 + 7, runner_id="w1", limit=2)
+    # Then it holds the two oldest, started, as a claim would have them
+    assert [r.record["job_id"] for r in rows] == [a, b]
+    assert all(r.record["runner_id"] == "w1" and r.record["attempt"] == 1 for r in rows)
+    assert [store.get(j).status.value for j in (a, b)] == ["running"] * 2
+    if type(store).__name__ == "PostgresJobStore":
+        # and PostgreSQL beat in the same round trip: the read says so, and so does the table
+        assert [(r["runner_id"], r["beat_at"]) for r in runners] == [("w1", T0 + 7)]
+        assert [r["beat_at"] for r in store.runners()] == [T0 + 7]
+    else:  # the embedded store has no round trips to save: the caller beats as usual
+        assert runners is None
+        assert [r["beat_at"] for r in store.runners()] == [T0]
+    # and nothing to claim still beats, nothing asked for claims nothing
+    rows, _ = store.claim_and_beat(["other"], now=T0 + 8, runner_id="w1", limit=2)
+    assert rows == []
+    assert store.claim_and_beat(["render"], now=T0 + 9, runner_id="w1", limit=0) == ([], None)
+
+
 def test_spend_sums_finished_actuals_and_live_estimates(store):
     assert store.spend() == {
         "actual_usd": 0.0,

@@ -618,3 +618,33 @@ def test_a_workers_claims_and_finishes_cost_one_round_trip_each(pg_url, tmp_path
     binds, syncs = _sent(trace, "Bind"), _sent(trace, "Sync")
     assert _sent(trace, "Parse+") >= 3  # create, claim and finish were each prepared
     assert binds >= 24 and syncs == binds
+
+
+def test_a_claim_carries_the_runners_beat_in_its_own_round_trip(pg_url, tmp_path, monkeypatch):
+    # A worker in a trickle claims once per job: its beat rides that claim
+    # (two statements, one Sync) instead of costing a round trip of its own.
+    from nw.jobs.stores import pg_pool
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    monkeypatch.setenv(pg_pool.POOL_MAX_ENV, "1")
+    url = f"{pg_url}?application_name=trace-{uuid.uuid4().hex[:6]}"
+    store = PostgresJobStore(url, f"trace-{uuid.uuid4().hex[:6]}")
+    store.register_runner("w", {"role": "worker"}, now=1_700_000_000.0)
+    trace = tmp_path / "trace.txt"
+    try:
+        for i in range(3):
+            store.create(record(kind="traced", at=1_700_000_000.0 + i), claimable=True)
+        with store.db.pool.connection() as conn:
+            f = _traced_syncs(conn, trace)
+        try:
+            rows, runners = store.claim_and_beat(
+                ["traced"], now=1_800_000_000.0, runner_id="w", limit=3
+            )
+        finally:
+            with store.db.pool.connection() as conn:
+                conn.pgconn.untrace()
+            f.close()
+        assert len(rows) == 3 and [r["beat_at"] for r in runners] == [1_800_000_000.0]
+    finally:
+        store.purge()
+    assert (_sent(trace, "Bind"), _sent(trace, "Sync")) == (2, 1)

@@ -15,6 +15,7 @@ from nw.jobs.body import Launch
 from nw.jobs.errors import JobStoreUnreachable
 from nw.jobs.outcome import Ended, Ending, RetryPolicy, decide
 from nw.jobs.reaper import Reaper, RunnersRead
+from nw.jobs.runtime import beat_rest
 from nw.jobs.stores import open_store
 from nw.jobs.worker import Worker
 from tests.conftest import purge_postgres_project, require_postgres
@@ -520,3 +521,60 @@ def test_a_refilled_job_that_cannot_launch_fails_without_stalling_the_finishes(p
     finally:
         _close(w)
         purge_postgres_project(project)
+
+
+@pytest.mark.postgres
+def test_a_claim_made_when_the_beat_is_half_due_carries_it(project, clock):
+    # Given a PostgreSQL worker whose beat thread beats every ten minutes, its
+    # last beat six minutes ago (half due), and two queued jobs
+    cfg = jobs.JobsConfig(
+        database_url=require_postgres(),
+        clock=clock,
+        worker_beat_interval_s=600.0,
+        worker_stale_s=3600.0,
+        heartbeat_interval_s=600.0,
+        heartbeat_stale_s=3600.0,
+    )
+    jobs.register_kind(KIND, "tests.fixtures.bodies:noop")
+    w = Worker([project], config=dataclasses.replace(cfg, max_concurrent=1), kinds_=[KIND])
+    try:
+        (rt,) = w.runtimes
+        heard: list[RunnersRead] = []
+        rt.on_beat = heard.append
+        rt._beat_at -= 360.0
+        jobs.enqueue_many(project, [(KIND, {"i": 1}), (KIND, {"i": 2})], config=cfg)
+        clock.advance(5.0)
+
+        def my_beat() -> float:
+            (me,) = [r for r in rt.store.runners() if r["runner_id"] == w.runner_id]
+            return me["beat_at"]
+
+        # When it claims a job
+        assert w.claim_once() == 1
+        # Then the claim beat for it: the table says so, the listener (the
+        # reaper's feed) heard the read, and the next beat is a whole interval away
+        assert my_beat() == clock.now
+        assert [[r["beat_at"] for r in h.rows if r["runner_id"] == w.runner_id] for h in heard] == [
+            [clock.now]
+        ]
+        assert not rt.beat_may_ride()
+        # and a claim right after it does not beat again
+        wait_until(lambda: w.busy == 0, what="the first job done")
+        clock.advance(5.0)
+        assert w.claim_once() == 1
+        assert my_beat() == clock.now - 5.0 and len(heard) == 1
+    finally:
+        _close(w)
+        purge_postgres_project(project)
+
+
+def test_the_beat_thread_waits_for_whichever_beat_falls_due_first():
+    # the runner's beat due in 0.4 s, the jobs' in 5 s: wait 0.4 s, then the runner's
+    assert beat_rest(10.0, runner_due=10.4, jobs_due=15.0) == (pytest.approx(0.4), False)
+    # a claim carried the runner's beat: the wait runs from it
+    assert beat_rest(10.0, runner_due=11.0, jobs_due=15.0) == (1.0, False)
+    # the runner's beat due: now
+    assert beat_rest(10.0, runner_due=9.0, jobs_due=15.0) == (0.0, False)
+    # the jobs' beat comes first (runner beats kept riding claims): wait for it, then beat them
+    assert beat_rest(14.5, runner_due=15.4, jobs_due=15.0) == (0.5, False)
+    assert beat_rest(15.0, runner_due=15.4, jobs_due=15.0) == (0.0, True)

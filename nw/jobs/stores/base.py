@@ -182,6 +182,16 @@ class JobStore(ABC):
         second), decided atomically with every other claim and start of that
         key; a full key's jobs are passed over, not waited for."""
 
+    def claim_and_beat(
+        self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
+    ) -> tuple[list[JobRow], list[dict[str, Any]] | None]:
+        """``claim``, and the runner's beat (``beat_runner``) with it where the
+        store can send both in one round trip: ``(rows, runners)``, the
+        runners as ``beat_runner`` returns them, or None where the beat did
+        not go (the caller beats as usual). A worker in a trickle of jobs lets
+        its beat ride its claims instead of costing a round trip of its own."""
+        return self.claim(kinds, now=now, runner_id=runner_id, limit=limit), None
+
     def lost_claims(self) -> list[JobRow]:
         """The unfinished jobs taken by claims of this handle (``claim``, or a
         finish's refill) that raised though they may have committed: their

@@ -225,9 +225,21 @@ def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.
     if n > 2 * threshold:
         return conn.execute(query, params)
     runs[query] = n + 1
+    return pipelined(conn, [(query, params)])[0]
+
+
+def pipelined(
+    conn: psycopg.Connection, statements: list[tuple[str, object]]
+) -> list[psycopg.Cursor]:
+    """The statements in one round trip and one (implicit) transaction, their
+    cursors in order, their rows read after; the first error is raised here
+    (and the statements after it did not run). Without pipeline mode, one
+    execute after another."""
+    if not PIPELINES:
+        return [conn.execute(query, params) for query, params in statements]
     try:
         with conn.pipeline():
-            cur = conn.execute(query, params)
+            return [conn.execute(query, params) for query, params in statements]
     except psycopg.Error:
         # In a pipeline psycopg counts a statement prepared as soon as it
         # sends the Parse; if the statement failed (maybe its Parse: a table
@@ -237,9 +249,8 @@ def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.
         if not (conn.broken or conn.closed):
             with contextlib.suppress(psycopg.Error):
                 conn.execute("DEALLOCATE ALL")
-            runs.clear()
+            getattr(conn, "_nw_runs", {}).clear()
         raise
-    return cur
 
 
 @contextlib.contextmanager

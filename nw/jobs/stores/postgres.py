@@ -83,7 +83,7 @@ from nw.jobs.stores.base import (
     utc_day,
 )
 from nw.jobs.stores.group_commit import GroupCommit
-from nw.jobs.stores.pg_database import Database, RetryNow, one, transaction
+from nw.jobs.stores.pg_database import Database, RetryNow, one, pipelined, transaction
 from nw.jobs.stores.pg_listen import PgWakeListener
 from nw.jobs.stores.pg_pool import close_pools as _close_pools
 from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
@@ -532,6 +532,32 @@ class PostgresJobStore(JobStore):
         with self._losing(params["lease"]):
             return self._write("claim", op)
 
+    def claim_and_beat(
+        self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
+    ) -> tuple[list[JobRow], list[dict[str, Any]] | None]:
+        """See ``JobStore.claim_and_beat``: ``beat_runner`` and the claim's
+        first round in one pipeline (one round trip, one transaction); the
+        rounds after it, if any, as ``claim``'s."""
+        if not kinds or limit < 1:
+            return [], None
+        params = self._params(
+            {"kinds": list(kinds), "now": now, "runner_id": runner_id, "lease": uuid.uuid4().hex}
+        )
+        first = {**params, "limit": int(limit), "skip_keys": []}
+
+        def op(conn: psycopg.Connection, retried: bool) -> tuple[list[JobRow], list | None]:
+            if retried:  # the first try may have committed: its claims are ours by lease
+                got = one(conn, Q["by_lease"], params).fetchall()
+                if got:
+                    return [self._row(r) for r in got], None
+            beat, claim = pipelined(conn, [(Q["beat_runner"], params), (Q["claim"], first)])
+            runners, rows = beat.fetchall(), claim.fetchall()
+            return self._claim_rounds(conn, params, int(limit), first=rows), runners
+
+        with self._losing(params["lease"]):
+            rows, runners = self._write("claim", op)
+        return rows, None if runners is None else self._beaten(runners, runner_id, now)
+
     @contextlib.contextmanager
     def _losing(self, lease: str) -> Iterator[None]:
         """A claim under ``lease`` that raises may have committed (its answer
@@ -878,7 +904,12 @@ class PostgresJobStore(JobStore):
     def beat_runner(self, runner_id: str, *, now: float) -> list[dict[str, Any]]:
         args = {"runner_id": runner_id, "now": now}
         rows = self._exec("beat_runner", args, lambda cur: cur.fetchall())
-        # The statement reads the runners as they were before its own update.
+        return self._beaten(rows, runner_id, now)
+
+    @staticmethod
+    def _beaten(rows: list[Mapping[str, Any]], runner_id: str, now: float) -> list[dict[str, Any]]:
+        """``beat_runner``'s rows: it reads the runners as they were before its
+        own update, so the beating runner's row is stamped here."""
         return [
             {**_runner(r), **({"beat_at": now} if r["runner_id"] == runner_id else {})}
             for r in rows
