@@ -107,7 +107,8 @@ class Launch:
     setup: Callable[[Launch], None] | None = None
     """Called on the body's thread before the attempt, to fill in what may
     take time to get (a worker's secrets from its provider) off the thread
-    that claimed the job. Must not raise."""
+    that claimed the job. If it raises, the body does not run and the attempt
+    ends with that error (as the body's own would end it)."""
 
 
 class CancelProbe:
@@ -202,8 +203,12 @@ def run_attempt(
     """Run the body once and write its terminal state; returns what au middleware sees.
     ``hand_over``: return once the outcome is handed to the store, not written;
     the result's ``metadata["written"]`` is the future of the store's answer."""
-    if launch.setup is not None:
-        launch.setup(launch)
+    error: BaseException | None = None
+    try:
+        if launch.setup is not None:
+            launch.setup(launch)
+    except BaseException as exc:  # nor may its setup: the body does not run, the attempt ends
+        error = exc
     row = _fresh_attempt(store, _repredict(store, row, config))
     rec = row.record
     job_id, attempt = rec["job_id"], rec["attempt"]
@@ -216,12 +221,12 @@ def run_attempt(
         "resume": rec.get("resume"),
     }
     kwargs = accepted_kwargs(launch.fn, offered)
-    error: BaseException | None = None
     value: Any = None
     try:
-        with launch.capture if launch.capture is not None else nullcontext():
-            value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)
-        check_json_params({"result": value})
+        if error is None:
+            with launch.capture if launch.capture is not None else nullcontext():
+                value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)
+            check_json_params({"result": value})
     except BaseException as exc:  # a body must never leave its job RUNNING
         error = exc
     record = sink.record

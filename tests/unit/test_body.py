@@ -143,3 +143,25 @@ def test_a_stale_attempts_outcome_is_refused(store, clock, claimed, config):
     run_attempt(store, row, launch, config)
     got = store.get(ID)
     assert got.status.value == "running" and got.record["runner_id"] == "w2"
+
+
+def test_a_setup_that_raises_ends_the_attempt_without_running_the_body(store, claimed, config):
+    # Given a launch whose setup (a worker's secrets provider) dies with a
+    # BaseException, the kind no provider wrapper catches
+    row = claimed(ID)
+    ran = []
+
+    def setup(launch):
+        raise SystemExit("vault client called exit")
+
+    # When the attempt runs
+    run_attempt(
+        store, row, Launch(fn=lambda p, q: ran.append(1), project=None, setup=setup), config
+    )
+    # Then the body never ran and the job is not left running: it failed with that error
+    got = store.get(ID)
+    assert ran == []
+    assert (
+        got.status.value == "failed"
+        and got.record["error"] == "SystemExit: vault client called exit"
+    )
