@@ -182,6 +182,8 @@ class Runtime:
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
+        self._beat_failing = False
+        """The last beat failed (its error is logged once per outage)."""
         self._beat_at = time.monotonic()
         """When the runner's own beat last went (``time.monotonic``), on the
         beat thread or riding a claim (``rode``)."""
@@ -400,6 +402,7 @@ class Runtime:
         beat thread's next beat waits a whole interval from it, and the
         beat's listener hears it as it hears the beat thread's."""
         self._beat_at = read.asked
+        self._beat_failing = False  # the store answered: the next failure is news
         on_beat = self.on_beat
         if on_beat is not None:
             try:
@@ -411,7 +414,7 @@ class Runtime:
         # Two cadences on one thread: the process beat often (cheap, one row) so a
         # dead worker is found in seconds; each held job's beat at the seed's pace.
         # A beat that rode a claim (``rode``) counts: the next is an interval after it.
-        last_jobs, failing = time.monotonic(), False
+        last_jobs = time.monotonic()
         while not self._stop.is_set():
             on_beat, read = self.on_beat, None  # one value per round: it is set after start
             now = time.monotonic()
@@ -430,14 +433,14 @@ class Runtime:
                     self.beat_once()
                 else:
                     read = self.beat_worker(read_runners=on_beat is not None)
-                failing = False
+                failed = self._beat_failing = False
             except Exception:
-                if not failing:  # once per outage, not once a second
+                if not self._beat_failing:  # once per outage, not once a second
                     log.exception("heartbeat failed")
-                failing = True
+                failed = self._beat_failing = True
             if on_beat is not None and not self._stop.is_set():
                 try:  # None: the reaper reads the runners itself; False: the beat failed
-                    on_beat(False if failing else read)
+                    on_beat(False if failed else read)
                 except Exception:
                     log.exception("the beat's listener failed")
 

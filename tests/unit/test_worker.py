@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 
 import pytest
 from au import ComputationStatus
@@ -526,7 +527,7 @@ def test_a_refilled_job_that_cannot_launch_fails_without_stalling_the_finishes(p
 @pytest.mark.postgres
 def test_a_claim_made_when_the_beat_is_half_due_carries_it(project, clock):
     # Given a PostgreSQL worker whose beat thread beats every ten minutes, its
-    # last beat six minutes ago (half due), and two queued jobs
+    # last beat six minutes ago (half due), and a queued job
     cfg = jobs.JobsConfig(
         database_url=require_postgres(),
         clock=clock,
@@ -542,7 +543,7 @@ def test_a_claim_made_when_the_beat_is_half_due_carries_it(project, clock):
         heard: list[RunnersRead] = []
         rt.on_beat = heard.append
         rt._beat_at -= 360.0
-        jobs.enqueue_many(project, [(KIND, {"i": 1}), (KIND, {"i": 2})], config=cfg)
+        jobs.enqueue(project, KIND, {"i": 1}, config=cfg)
         clock.advance(5.0)
 
         def my_beat() -> float:
@@ -560,6 +561,7 @@ def test_a_claim_made_when_the_beat_is_half_due_carries_it(project, clock):
         assert not rt.beat_may_ride()
         # and a claim right after it does not beat again
         wait_until(lambda: w.busy == 0, what="the first job done")
+        jobs.enqueue(project, KIND, {"i": 2}, config=cfg)
         clock.advance(5.0)
         assert w.claim_once() == 1
         assert my_beat() == clock.now - 5.0 and len(heard) == 1
@@ -578,3 +580,36 @@ def test_the_beat_thread_waits_for_whichever_beat_falls_due_first():
     # the jobs' beat comes first (runner beats kept riding claims): wait for it, then beat them
     assert beat_rest(14.5, runner_due=15.4, jobs_due=15.0) == (0.5, False)
     assert beat_rest(15.0, runner_due=15.4, jobs_due=15.0) == (0.0, True)
+
+
+def test_a_beat_that_rode_a_claim_ends_an_outage_so_the_next_failure_is_logged(
+    project, sqlite_cfg, caplog, monkeypatch
+):
+    # Given a worker whose beats fail (the store out of reach), logged once
+    # (its jobs' beat, which would also end the outage, ten minutes away)
+    jobs.register_kind(KIND, "tests.fixtures.bodies:noop")
+    fast = {"worker_beat_interval_s": 0.02, "worker_stale_s": 0.2}
+    fast |= {"heartbeat_interval_s": 600.0, "heartbeat_stale_s": 1200.0}
+    w = Worker([project], config=dataclasses.replace(sqlite_cfg, **fast), kinds_=[KIND])
+    try:
+        (rt,) = w.runtimes
+        tries = []
+
+        def unreachable(runner_id, *, now):
+            tries.append(now)
+            raise JobStoreUnreachable("job store: the database is unreachable")
+
+        monkeypatch.setattr(rt.store, "beat_runner", unreachable)
+
+        def logged() -> int:
+            return sum(r.getMessage() == "heartbeat failed" for r in caplog.records)
+
+        with caplog.at_level(logging.ERROR, logger="nw.jobs.runtime"):
+            wait_until(lambda: len(tries) >= 3, what="three failed beats")
+            assert logged() == 1  # once per outage, not once a beat
+            # When a claim carries a beat that the store answers
+            rt.rode(RunnersRead([], time.monotonic(), time.monotonic(), 0.0))
+            # Then the outage is over: the next failure is news, and logged
+            wait_until(lambda: logged() == 2, what="the failure after the ride logged")
+    finally:
+        _close(w)
