@@ -209,6 +209,7 @@ def run_attempt(
             launch.setup(launch)
     except BaseException as exc:  # nor may its setup: the body does not run, the attempt ends
         error = exc
+    set_up = error is None
     row = _fresh_attempt(store, _repredict(store, row, config))
     rec = row.record
     job_id, attempt = rec["job_id"], rec["attempt"]
@@ -249,8 +250,10 @@ def run_attempt(
     if error is not None and ending.error_kind == ERROR_KIND_CRASHED:
         if isinstance(error, Exception):
             log.error("job %s crashed: %s (%s)", job_id, ending.message, decided.note)
-        else:
+        elif set_up:
             log.warning("job %s body raised %s", job_id, type(error).__name__)
+        else:
+            log.warning("job %s: its setup raised %s; the body did not run", job_id, ending.message)
     launch.handed_over = True
     written = outcome.write_soon(store, job_id, attempt, decided, value)
     if hand_over:  # the slot waits on the answer, not this thread

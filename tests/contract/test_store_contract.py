@@ -686,6 +686,20 @@ def test_beat_runner_stamps_the_runner_and_reads_every_runner(store):
     assert sorted(store.runners(), key=lambda r: r["runner_id"]) == [got["w1"], got["w2"]]
 
 
+def test_a_runners_beat_never_moves_back(store):
+    # A worker beats from two threads (its beat thread, and claims carrying the
+    # beat): one whose time was read earlier may commit later. Given a beat at T0 + 10
+    store.register_runner("w1", {"role": "worker"}, now=T0)
+    store.beat_runner("w1", now=T0 + 10)
+    # When beats read at T0 + 4 commit after it, by each path that beats
+    store.beat_runner("w1", now=T0 + 4)
+    store.beat([], now=T0 + 5, runner_id="w1")
+    store.claim_and_beat(["render"], now=T0 + 6, runner_id="w1")
+    # Then the runner still reads as beating at T0 + 10, not six seconds earlier
+    assert [r["beat_at"] for r in store.runners()] == [T0 + 10]
+    assert [r["beat_at"] for r in store.beat_runner("w1", now=T0 + 7)] == [T0 + 10]
+
+
 def test_claim_and_beat_claims_as_claim_does_and_beats_where_it_can(store):
     # Given a runner and three queued jobs
     store.register_runner("w1", {"role": "worker", "host": "h1"}, now=T0)

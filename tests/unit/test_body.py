@@ -145,7 +145,9 @@ def test_a_stale_attempts_outcome_is_refused(store, clock, claimed, config):
     assert got.status.value == "running" and got.record["runner_id"] == "w2"
 
 
-def test_a_setup_that_raises_ends_the_attempt_without_running_the_body(store, claimed, config):
+def test_a_setup_that_raises_ends_the_attempt_without_running_the_body(
+    store, claimed, config, caplog
+):
     # Given a launch whose setup (a worker's secrets provider) dies with a
     # BaseException, the kind no provider wrapper catches
     row = claimed(ID)
@@ -164,4 +166,8 @@ def test_a_setup_that_raises_ends_the_attempt_without_running_the_body(store, cl
     assert (
         got.status.value == "failed"
         and got.record["error"] == "SystemExit: vault client called exit"
+    )
+    # and the log says it was the setup, not the body
+    assert "its setup raised SystemExit: vault client called exit; the body did not run" in (
+        caplog.text
     )

@@ -234,7 +234,7 @@ def pipelined(
     """The statements in one round trip and one (implicit) transaction, their
     cursors in order, their rows read after; the first error is raised here
     (and the statements after it did not run). Without pipeline mode, one
-    execute after another."""
+    execute after another, each its own round trip and transaction."""
     if not PIPELINES:
         return [conn.execute(query, params) for query, params in statements]
     try:

@@ -909,9 +909,13 @@ class PostgresJobStore(JobStore):
     @staticmethod
     def _beaten(rows: list[Mapping[str, Any]], runner_id: str, now: float) -> list[dict[str, Any]]:
         """``beat_runner``'s rows: it reads the runners as they were before its
-        own update, so the beating runner's row is stamped here."""
+        own update, so the beating runner's row is stamped here (as the update
+        wrote it: never back)."""
         return [
-            {**_runner(r), **({"beat_at": now} if r["runner_id"] == runner_id else {})}
+            {
+                **_runner(r),
+                **({"beat_at": _later(r["beat_at"], now)} if r["runner_id"] == runner_id else {}),
+            }
             for r in rows
         ]
 
@@ -1087,3 +1091,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _later(beat_at: float | None, now: float) -> float:
+    return now if beat_at is None else max(beat_at, now)

@@ -788,8 +788,9 @@ SELECT count(*) AS cancelled FROM jb;
 -- name: beat
 -- One heartbeat for a runner and the running jobs it holds; returns the ids
 -- among them it should stop (cancel requested, finished, or taken over).
+-- A runner's beat never moves back (two of its threads beat: see beat_runner).
 WITH rb AS (
-  UPDATE nw_jobs.runners SET beat_at = %(now)s
+  UPDATE nw_jobs.runners SET beat_at = GREATEST(beat_at, %(now)s)
    WHERE project_id = %(project_id)s AND runner_id = %(runner_id)s
 ), jb AS (
   UPDATE nw_jobs.jobs SET heartbeat_at = %(now)s
@@ -1033,8 +1034,10 @@ SELECT runner_id, info, started_at, beat_at FROM nw_jobs.runners
 -- A runner's own beat and every runner of the project, in one round trip (a
 -- worker's reaper judges what its beat read). The SELECT sees the runners as
 -- they were before this statement's update: the caller stamps its own row.
+-- The beat never moves back: a claim that carries it (claim_and_beat) may
+-- commit after a later beat of the beat thread, its time read before.
 WITH rb AS (
-  UPDATE nw_jobs.runners SET beat_at = %(now)s
+  UPDATE nw_jobs.runners SET beat_at = GREATEST(beat_at, %(now)s)
    WHERE project_id = %(project_id)s AND runner_id = %(runner_id)s
 )
 SELECT runner_id, info, started_at, beat_at FROM nw_jobs.runners

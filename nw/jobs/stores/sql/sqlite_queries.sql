@@ -328,7 +328,8 @@ UPDATE status SET status = 'cancelled', terminal_reason = 'cancel requested', qu
  WHERE job_id = :job_id;
 
 -- name: beat_runner
-UPDATE runners SET beat_at = :now WHERE runner_id = :runner_id;
+-- A runner's beat never moves back (as on PostgreSQL, whatever order its beats commit in).
+UPDATE runners SET beat_at = max(coalesce(beat_at, :now), :now) WHERE runner_id = :runner_id;
 
 -- name: beat_jobs
 -- Stamp the running jobs the runner still holds.
