@@ -1,5 +1,7 @@
 """A TCP relay in front of PostgreSQL that a test can cut and restore: a
-connection dropped after it worked, without restarting the shared server."""
+connection dropped after it worked, without restarting the shared server;
+or freeze: what a client sends after its next send never arrives, as if the
+client process had stopped right after it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ class Relay:
         self.port = self.listener.getsockname()[1]
         self.up = threading.Event()
         self.up.set()
+        self._freeze_after: int | None = None
+        """Client sends still to forward before the freeze (None: not armed)."""
+        self._thawed = threading.Event()
+        self._thawed.set()
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -35,13 +41,22 @@ class Relay:
                 continue
             with self._lock:
                 self._open += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, upward in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, upward), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, upward: bool = False) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
+                if upward:
+                    self._thawed.wait()
                 dst.sendall(data)
+                if upward:
+                    with self._lock:
+                        if self._freeze_after is not None:
+                            self._freeze_after -= 1
+                            if self._freeze_after <= 0:
+                                self._freeze_after = None
+                                self._thawed.clear()
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
@@ -60,6 +75,18 @@ class Relay:
     def restore(self) -> None:
         self.up.set()
 
+    def freeze_after(self, sends: int = 1) -> None:
+        """Forward the clients' next ``sends`` sends, then hold back whatever
+        they send until ``thaw`` (the server's answers still arrive)."""
+        with self._lock:
+            self._freeze_after = sends
+
+    def thaw(self) -> None:
+        with self._lock:
+            self._freeze_after = None
+        self._thawed.set()
+
     def close(self) -> None:
+        self.thaw()
         self.cut()
         self.listener.close()

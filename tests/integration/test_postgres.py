@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -527,25 +528,108 @@ def _sent(path, message):
     )
 
 
-def test_a_statement_prepared_on_its_connection_costs_no_round_trip_of_its_own(pg_url, tmp_path):
-    # psycopg prepares a statement on its 6th run on a connection; outside a
-    # pipeline that Parse is a round trip of its own. `one` sends it with the
-    # statement: one Sync (one round trip) per statement, prepared or not.
+@contextlib.contextmanager
+def _relayed(pg_url):
+    """A ``Relay`` in front of the test server, and the URL through it."""
+    from urllib.parse import urlparse
+
+    from tests.integration.pg_proxy import Relay
+
+    parts = urlparse(pg_url)
+    relay = Relay(parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        yield (
+            relay,
+            pg_url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{relay.port}"),
+        )
+    finally:
+        relay.close()
+
+
+def _frozen_after_one_send(relay, call) -> threading.Thread:
+    """``call()`` on a thread of its own, its process frozen (as far as the
+    server can tell) after its first send: what it sends later never arrives."""
+    relay.freeze_after(1)
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+def _write_waits(pg_url, statement: str, params=None) -> bool:
+    """Whether ``statement`` has to wait for a lock another session holds."""
+    with psycopg.connect(pg_url, autocommit=True) as other:
+        other.execute("SET lock_timeout = '3s'")
+        try:
+            other.execute(statement, params)
+        except psycopg.errors.LockNotAvailable:
+            return True
+    return False
+
+
+def test_a_client_frozen_after_sending_a_statement_holds_no_lock(pg_url):
+    # In a pipeline the server runs a statement as its Execute arrives and
+    # commits it at the Sync, sent later: a process frozen in between (SIGSTOP,
+    # a paused container) holds the statement's row locks, and another
+    # worker's reaper or a cancel waits on them for as long. `one` sends the
+    # statement and its Sync at once: once sent, it commits.
     from nw.jobs.stores.pg_database import one
 
-    trace = tmp_path / "trace.txt"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        f = _traced_syncs(conn, trace)
+    table = f"frozen_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as setup:
+        setup.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, x int)")
+        setup.execute(f"INSERT INTO {table} VALUES (1, 0)")
+    try:
+        with _relayed(pg_url) as (relay, url), psycopg.connect(url, autocommit=True) as conn:
+            query = f"UPDATE {table} SET x = x + 1 WHERE id = %(id)s"
+            for run in range(1, 9):  # before psycopg prepares it (its 6th run), and after
+                sent = _frozen_after_one_send(relay, lambda: one(conn, query, {"id": 1}))
+                try:
+                    waits = _write_waits(pg_url, f"UPDATE {table} SET x = x + 10 WHERE id = 1")
+                finally:
+                    relay.thaw()  # the client goes on (and lets go of its connection)
+                    sent.join(10)
+                assert not waits, f"run {run}: the frozen client's statement holds its lock"
+                assert not sent.is_alive()
+        with psycopg.connect(pg_url, autocommit=True) as check:
+            assert check.execute(f"SELECT x FROM {table}").fetchone() == (88,)
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as setup:
+            setup.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def test_a_client_frozen_after_sending_a_claim_with_its_beat_holds_no_lock(pg_url, monkeypatch):
+    # The carried beat and the claim go as one message: once sent, both commit,
+    # whatever becomes of the process that sent them.
+    from nw.jobs.stores import pg_pool
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    monkeypatch.setenv(pg_pool.POOL_MAX_ENV, "1")
+    project_id = f"frozen-{uuid.uuid4().hex[:6]}"
+    with _relayed(pg_url) as (relay, url):
+        store = PostgresJobStore(f"{url}?application_name={project_id}", project_id)
         try:
-            rows = [one(conn, "SELECT %(n)s::int + 1 AS m", {"n": n}).fetchone() for n in range(20)]
+            store.register_runner("w", {"role": "worker"}, now=1_700_000_000.0)
+            row, _ = store.create(record(kind="frozen", at=1_700_000_000.0), claimable=True)
+            job_id = row.record["job_id"]
+            with store.db.pool.connection():
+                pass  # the pool's connection is open: its next send is the claim's
+            claim = lambda: store.claim_and_beat(["frozen"], now=1_800_000_000.0, runner_id="w")  # noqa: E731
+            _frozen_after_one_send(relay, claim)
+            locked = "SELECT 1 FROM nw_jobs.{} WHERE project_id = %s AND {} = %s FOR UPDATE"
+            assert not _write_waits(pg_url, locked.format("jobs", "job_id"), (project_id, job_id))
+            assert not _write_waits(
+                pg_url, locked.format("runners", "runner_id"), (project_id, "w")
+            )
+            with psycopg.connect(pg_url, autocommit=True) as check:
+                got = check.execute(
+                    "SELECT j.runner_id, r.beat_at FROM nw_jobs.jobs j JOIN nw_jobs.runners r"
+                    " USING (project_id) WHERE j.project_id = %s",
+                    (project_id,),
+                ).fetchall()
+            assert got == [("w", 1_800_000_000.0)]  # claimed and beaten, both committed
         finally:
-            conn.pgconn.untrace()
-            f.close()
-        prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0]
-    assert rows == [(n + 1,) for n in range(20)]
-    assert prepared == 1  # it was prepared: the case this is about
-    assert _sent(trace, "Parse+") == 1 and _sent(trace, "Bind") == 20
-    assert _sent(trace, "Sync") == 20  # before it was prepared, and after
+            relay.thaw()
+            store.purge()
 
 
 def test_a_statement_whose_prepare_failed_runs_again_once_it_can(pg_url):
@@ -572,21 +656,10 @@ def test_a_statement_whose_prepare_failed_runs_again_once_it_can(pg_url):
             other.execute(f"DROP TABLE IF EXISTS {table}")
 
 
-def test_without_pipeline_mode_a_statement_still_runs_paying_its_parse(pg_url, monkeypatch):
-    # A psycopg on a libpq older than 14 has no pipeline mode: `one` is a plain execute.
-    from nw.jobs.stores import pg_database
-
-    monkeypatch.setattr(pg_database, "PIPELINES", False)
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        monkeypatch.setattr(conn, "pipeline", None)  # would fail if called
-        rows = [pg_database.one(conn, "SELECT %s::int AS m", (n,)).fetchone() for n in range(8)]
-    assert rows == [(n,) for n in range(8)]
-
-
 def test_a_workers_claims_and_finishes_cost_one_round_trip_each(pg_url, tmp_path, monkeypatch):
     # The store's own statements go through `one`: on its one pooled
-    # connection, as many round trips (Syncs) as statements (Binds), though
-    # each statement is prepared on the way.
+    # connection, one round trip (Sync) per statement (Bind), each with its
+    # Sync, and one more per statement psycopg prepares (once per connection).
     from au import ComputationStatus
 
     from nw.jobs.stores import pg_pool
@@ -617,12 +690,13 @@ def test_a_workers_claims_and_finishes_cost_one_round_trip_each(pg_url, tmp_path
         store.purge()
     binds, syncs = _sent(trace, "Bind"), _sent(trace, "Sync")
     assert _sent(trace, "Parse+") >= 3  # create, claim and finish were each prepared
-    assert binds >= 24 and syncs == binds
+    assert binds >= 24 and syncs == binds + _sent(trace, "Parse+")
 
 
 def test_a_claim_carries_the_runners_beat_in_its_own_round_trip(pg_url, tmp_path, monkeypatch):
     # A worker in a trickle claims once per job: its beat rides that claim
-    # (two statements, one Sync) instead of costing a round trip of its own.
+    # (two statements in one message, one transaction the server commits
+    # without waiting on the client) instead of costing a round trip of its own.
     from nw.jobs.stores import pg_pool
     from nw.jobs.stores.postgres import PostgresJobStore
 
@@ -647,4 +721,4 @@ def test_a_claim_carries_the_runners_beat_in_its_own_round_trip(pg_url, tmp_path
         assert len(rows) == 3 and [r["beat_at"] for r in runners] == [1_800_000_000.0]
     finally:
         store.purge()
-    assert (_sent(trace, "Bind"), _sent(trace, "Sync")) == (2, 1)
+    assert (_sent(trace, "Query"), _sent(trace, "Bind"), _sent(trace, "Sync")) == (1, 0, 0)

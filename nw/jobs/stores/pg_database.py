@@ -196,61 +196,20 @@ def _is_unreachable(exc: BaseException | str) -> bool:
     return isinstance(exc, PoolTimeout) or (isinstance(exc, BaseException) and _is_lost(exc))
 
 
-PIPELINES = psycopg.Pipeline.is_supported()
-"""Whether this psycopg's libpq has pipeline mode (14 and newer; the binary has)."""
-
-
 def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.Cursor:
-    """``conn.execute(query, params)`` in one round trip, its rows read after.
+    """``conn.execute(query, params)``: one statement, its own (implicit)
+    transaction on an autocommit connection, its error raised here.
 
-    psycopg prepares a statement on a connection once it has run it
-    ``prepare_threshold`` times, and outside a pipeline it sends that Parse on
-    its own and waits for it: a round trip more, once per statement and
-    pooled connection, which a worker in a trickle of jobs pays again and
-    again as its connections take their turns. In a pipeline the Parse
-    travels with the Bind, Execute and Sync. A pipeline costs some CPU, so
-    only a statement's first runs on a connection go in one (until psycopg
-    has prepared it; twice the threshold, for a statement whose parameters'
-    types vary and so is prepared once per combination). The statement is
-    its own (implicit) transaction, as on an autocommit connection; its error
-    is raised here. With a libpq older than 14 (no pipeline mode) it is a
-    plain execute."""
-    threshold = conn.prepare_threshold
-    if not PIPELINES or threshold is None:
-        return conn.execute(query, params)
-    runs = getattr(conn, "_nw_runs", None)
-    if runs is None:  # this connection's count of runs per statement
-        runs = conn._nw_runs = {}  # type: ignore[attr-defined]
-    n = runs.get(query, 0)
-    if n > 2 * threshold:
-        return conn.execute(query, params)
-    runs[query] = n + 1
-    return pipelined(conn, [(query, params)])[0]
-
-
-def pipelined(
-    conn: psycopg.Connection, statements: list[tuple[str, object]]
-) -> list[psycopg.Cursor]:
-    """The statements in one round trip and one (implicit) transaction, their
-    cursors in order, their rows read after; the first error is raised here
-    (and the statements after it did not run). Without pipeline mode, one
-    execute after another, each its own round trip and transaction."""
-    if not PIPELINES:
-        return [conn.execute(query, params) for query, params in statements]
-    try:
-        with conn.pipeline():
-            return [conn.execute(query, params) for query, params in statements]
-    except psycopg.Error:
-        # In a pipeline psycopg counts a statement prepared as soon as it
-        # sends the Parse; if the statement failed (maybe its Parse: a table
-        # dropped or locked), the name it remembers may not exist on the
-        # server, and every later run here would fail. Forget them all (the
-        # statements are prepared again as they run, in a pipeline).
-        if not (conn.broken or conn.closed):
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("DEALLOCATE ALL")
-            getattr(conn, "_nw_runs", {}).clear()
-        raise
+    Never in a pipeline: there the server runs a statement as soon as its
+    Execute arrives and commits it only at the Sync, which psycopg sends
+    later, so a process frozen in between (SIGSTOP, a paused container, a long
+    pause) would hold the statement's row locks, and every process writing
+    those rows (another worker's reaper, a cancel) would wait on it. A plain
+    execute sends the statement and its Sync together. psycopg prepares a
+    statement once it has run ``prepare_threshold`` times on a connection;
+    that Parse costs a round trip of its own, once per statement and pooled
+    connection."""
+    return conn.execute(query, params)
 
 
 @contextlib.contextmanager

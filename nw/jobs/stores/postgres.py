@@ -83,7 +83,7 @@ from nw.jobs.stores.base import (
     utc_day,
 )
 from nw.jobs.stores.group_commit import GroupCommit
-from nw.jobs.stores.pg_database import Database, RetryNow, one, pipelined, transaction
+from nw.jobs.stores.pg_database import Database, RetryNow, one, transaction
 from nw.jobs.stores.pg_listen import PgWakeListener
 from nw.jobs.stores.pg_pool import close_pools as _close_pools
 from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
@@ -92,6 +92,8 @@ from nw.jobs.stores.sql import load_queries
 __all__ = ["PostgresJobStore", "close_pools", "migrate", "open_postgres_store"]
 
 Q = load_queries("postgres_queries.sql")
+_BEAT_THEN_CLAIM = f"{Q['beat_runner']}\n;\n{Q['claim']}"
+"""``claim_and_beat``'s message: two statements, one transaction (simple protocol)."""
 log = logging.getLogger("nw.jobs")
 #: Finishes go out in up to two statements at once (group commit lanes): while
 #: one batch is in flight, a crowd of at least ``FINISH_CROWD`` finishes that
@@ -535,9 +537,12 @@ class PostgresJobStore(JobStore):
     def claim_and_beat(
         self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
     ) -> tuple[list[JobRow], list[dict[str, Any]] | None]:
-        """See ``JobStore.claim_and_beat``: ``beat_runner`` and the claim's
-        first round in one pipeline (one round trip, one transaction); the
-        rounds after it, if any, as ``claim``'s."""
+        """See ``JobStore.claim_and_beat``: ``beat_runner`` and the claim's first
+        round as one message of the simple query protocol (the parameters bound
+        on the client): one round trip, one transaction that the server
+        commits whatever the client does next; the rounds after it, if any, as
+        ``claim``'s. Not prepared: a claim carries the beat at most twice a
+        beat interval."""
         if not kinds or limit < 1:
             return [], None
         params = self._params(
@@ -550,8 +555,11 @@ class PostgresJobStore(JobStore):
                 got = one(conn, Q["by_lease"], params).fetchall()
                 if got:
                     return [self._row(r) for r in got], None
-            beat, claim = pipelined(conn, [(Q["beat_runner"], params), (Q["claim"], first)])
-            runners, rows = beat.fetchall(), claim.fetchall()
+            cur = psycopg.ClientCursor(conn)
+            cur.execute(_BEAT_THEN_CLAIM, first)
+            runners = cur.fetchall()
+            cur.nextset()
+            rows = cur.fetchall()
             return self._claim_rounds(conn, params, int(limit), first=rows), runners
 
         with self._losing(params["lease"]):
