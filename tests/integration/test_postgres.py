@@ -581,7 +581,7 @@ def test_a_client_frozen_after_sending_a_statement_holds_no_lock(pg_url):
     try:
         with _relayed(pg_url) as (relay, url), psycopg.connect(url, autocommit=True) as conn:
             query = f"UPDATE {table} SET x = x + 1 WHERE id = %(id)s"
-            for run in range(1, 9):  # before psycopg prepares it (its 6th run), and after
+            for run in range(1, 9):  # the run that prepares it (its first), and after
                 sent = _frozen_after_one_send(relay, lambda: one(conn, query, {"id": 1}))
                 try:
                     waits = _write_waits(pg_url, f"UPDATE {table} SET x = x + 10 WHERE id = 1")
@@ -632,11 +632,10 @@ def test_a_client_frozen_after_sending_a_claim_with_its_beat_holds_no_lock(pg_ur
             store.purge()
 
 
-def test_a_statement_whose_prepare_failed_runs_again_once_it_can(pg_url):
-    # In a pipeline psycopg names a statement prepared before the server has
-    # answered its Parse; a Parse that fails (its table locked past a timeout,
-    # dropped during a migration) must not leave that name behind, or every
-    # later run of the statement on this pooled connection fails.
+def test_a_prepared_statement_whose_table_went_away_runs_again_once_it_is_back(pg_url):
+    # `one` prepares the store's statements on a pooled connection; a run that
+    # fails because its table went away (dropped during a migration) must not
+    # leave a statement behind that fails every later run on this connection.
     from nw.jobs.stores.pg_database import one
 
     table = f"prep_{uuid.uuid4().hex[:8]}"
@@ -645,11 +644,11 @@ def test_a_statement_whose_prepare_failed_runs_again_once_it_can(pg_url):
         other.execute(f"CREATE TABLE {table} (x int)")
         try:
             with psycopg.connect(pg_url, autocommit=True) as conn:
-                for x in range(5):  # psycopg prepares it on the 6th run
+                for x in range(5):  # prepared at its first run
                     assert one(conn, query, {"x": x}).fetchone() == (0,)
                 other.execute(f"DROP TABLE {table}")
                 with pytest.raises(psycopg.errors.UndefinedTable):
-                    one(conn, query, {"x": 5})  # the Parse fails
+                    one(conn, query, {"x": 5})
                 other.execute(f"CREATE TABLE {table} (x int)")
                 assert [one(conn, query, {"x": x}).fetchone() for x in range(6, 9)] == [(0,)] * 3
         finally:

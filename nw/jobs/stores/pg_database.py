@@ -197,19 +197,21 @@ def _is_unreachable(exc: BaseException | str) -> bool:
 
 
 def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.Cursor:
-    """``conn.execute(query, params)``: one statement, its own (implicit)
-    transaction on an autocommit connection, its error raised here.
+    """``conn.execute(query, params)``, prepared: one of the store's named
+    statements, its own (implicit) transaction on an autocommit connection,
+    its error raised here.
 
     Never in a pipeline: there the server runs a statement as soon as its
     Execute arrives and commits it only at the Sync, which psycopg sends
     later, so a process frozen in between (SIGSTOP, a paused container, a long
     pause) would hold the statement's row locks, and every process writing
     those rows (another worker's reaper, a cancel) would wait on it. A plain
-    execute sends the statement and its Sync together. psycopg prepares a
-    statement once it has run ``prepare_threshold`` times on a connection;
-    that Parse costs a round trip of its own, once per statement and pooled
-    connection."""
-    return conn.execute(query, params)
+    execute sends the statement and its Sync together. Prepared at its first
+    run on a connection, not psycopg's sixth: that Parse is a round trip of
+    its own, once per statement and pooled connection, and a worker's first
+    runs are at boot (its first claim, its first beat), not in the middle of
+    its work."""
+    return conn.execute(query, params, prepare=True)
 
 
 @contextlib.contextmanager
