@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import uuid
 
 import psycopg
@@ -555,6 +556,18 @@ def _frozen_after_one_send(relay, call) -> threading.Thread:
     return thread
 
 
+def _committed(pg_url, query: str, params, expected) -> bool:
+    """Whether ``query`` (a plain read, no locks) comes to read ``expected``
+    within 5 s: what a frozen client sent has been committed."""
+    deadline = time.monotonic() + 5.0
+    with psycopg.connect(pg_url, autocommit=True) as other:
+        while time.monotonic() < deadline:
+            if other.execute(query, params).fetchall() == expected:
+                return True
+            time.sleep(0.01)
+    return False
+
+
 def _write_waits(pg_url, statement: str, params=None) -> bool:
     """Whether ``statement`` has to wait for a lock another session holds."""
     with psycopg.connect(pg_url, autocommit=True) as other:
@@ -581,17 +594,19 @@ def test_a_client_frozen_after_sending_a_statement_holds_no_lock(pg_url):
     try:
         with _relayed(pg_url) as (relay, url), psycopg.connect(url, autocommit=True) as conn:
             query = f"UPDATE {table} SET x = x + 1 WHERE id = %(id)s"
-            for run in range(1, 9):  # the run that prepares it (its first), and after
+            one(conn, query, {"id": 1})  # its first run: prepared (a Parse, sent alone), run
+            for run in range(1, 9):
                 sent = _frozen_after_one_send(relay, lambda: one(conn, query, {"id": 1}))
-                try:
+                try:  # its update committed, then nothing of it left holding the row
+                    seen = f"SELECT x FROM {table}"
+                    done = _committed(pg_url, seen, None, [(11 * run - 9,)])
                     waits = _write_waits(pg_url, f"UPDATE {table} SET x = x + 10 WHERE id = 1")
                 finally:
                     relay.thaw()  # the client goes on (and lets go of its connection)
                     sent.join(10)
+                assert done, f"run {run}: the frozen client's statement is not committed"
                 assert not waits, f"run {run}: the frozen client's statement holds its lock"
                 assert not sent.is_alive()
-        with psycopg.connect(pg_url, autocommit=True) as check:
-            assert check.execute(f"SELECT x FROM {table}").fetchone() == (88,)
     finally:
         with psycopg.connect(pg_url, autocommit=True) as setup:
             setup.execute(f"DROP TABLE IF EXISTS {table}")
@@ -615,18 +630,17 @@ def test_a_client_frozen_after_sending_a_claim_with_its_beat_holds_no_lock(pg_ur
                 pass  # the pool's connection is open: its next send is the claim's
             claim = lambda: store.claim_and_beat(["frozen"], now=1_800_000_000.0, runner_id="w")  # noqa: E731
             _frozen_after_one_send(relay, claim)
+            seen = (
+                "SELECT j.runner_id, r.beat_at FROM nw_jobs.jobs j JOIN nw_jobs.runners r"
+                " USING (project_id) WHERE j.project_id = %s"
+            )
+            # claimed and beaten, both committed, and nothing of it left holding a row
+            assert _committed(pg_url, seen, (project_id,), [("w", 1_800_000_000.0)])
             locked = "SELECT 1 FROM nw_jobs.{} WHERE project_id = %s AND {} = %s FOR UPDATE"
             assert not _write_waits(pg_url, locked.format("jobs", "job_id"), (project_id, job_id))
             assert not _write_waits(
                 pg_url, locked.format("runners", "runner_id"), (project_id, "w")
             )
-            with psycopg.connect(pg_url, autocommit=True) as check:
-                got = check.execute(
-                    "SELECT j.runner_id, r.beat_at FROM nw_jobs.jobs j JOIN nw_jobs.runners r"
-                    " USING (project_id) WHERE j.project_id = %s",
-                    (project_id,),
-                ).fetchall()
-            assert got == [("w", 1_800_000_000.0)]  # claimed and beaten, both committed
         finally:
             relay.thaw()
             store.purge()
