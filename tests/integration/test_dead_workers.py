@@ -22,7 +22,7 @@ import pytest
 from nw import jobs
 from tests.fixtures import bodies
 from tests.helpers import wait_until
-from tests.integration.workers import start_worker, stop
+from tests.integration.workers import pause_outside_a_write, start_worker, stop
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +128,7 @@ def test_a_silent_worker_is_reaped_by_its_beat_alone_and_fenced_when_it_wakes(
     )
     try:
         _running(project, job.job_id, config)
-        first.send_signal(signal.SIGSTOP)  # alive to the kernel: nothing proves it gone
+        pause_outside_a_write(first, project, cfg)  # alive to the kernel: nothing proves it gone
         second = start_worker(
             project, database_url=cfg.database_url, extra=(*SLOW_JOB_FLAGS, *beat)
         )
@@ -163,7 +163,7 @@ def test_a_worker_paused_for_less_than_the_stale_window_keeps_its_job(cfg, proje
     try:
         running = _running(project, job.job_id, config)
         holder = first if _holder(project, config, job.job_id, first) else second
-        holder.send_signal(signal.SIGSTOP)
+        pause_outside_a_write(holder, project, cfg)
         time.sleep(1.0)  # the scenario: a pause shorter than the window (not a wait)
         paused = jobs.get_job(project, job.job_id, config=config)
         holder.send_signal(signal.SIGCONT)

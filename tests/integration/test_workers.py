@@ -19,6 +19,7 @@ from tests.fixtures import bodies
 from tests.helpers import wait_until
 from tests.integration.workers import (
     ROOT,
+    pause_outside_a_write,
     registered_workers,
     start_worker,
     stop,
@@ -142,7 +143,7 @@ def test_a_paused_worker_cannot_overwrite_the_attempt_that_replaced_it(cfg, proj
     first = start_worker(project, log_path=first_log, database_url=cfg.database_url)
     try:
         wait_until(lambda: log.exists() and "start" in log.read_text(), what="first attempt")
-        first.send_signal(signal.SIGSTOP)  # alive but silent: its beat goes stale
+        pause_outside_a_write(first, project, cfg)  # alive but silent: its beat goes stale
         second = start_worker(project, database_url=cfg.database_url)
         try:
             replaced = done(project, job.job_id, cfg)

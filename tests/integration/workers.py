@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -78,3 +82,30 @@ def registered_workers(project, cfg) -> int:
         return sum(r.get("role") == "worker" for r in store.runners())
     finally:
         store.close()
+
+
+def pause_outside_a_write(worker: subprocess.Popen, project, cfg) -> None:
+    """SIGSTOP ``worker`` at a moment it holds no write lock of the embedded
+    store. A process frozen inside a SQLite write transaction holds the
+    file's write lock, and no other process can write until it resumes: the
+    nature of the embedded store (PostgreSQL locks rows, and a worker's
+    statements commit as they are sent), not what these tests are about."""
+    from nw.jobs.stores import open_store
+
+    if cfg.database_url:
+        worker.send_signal(signal.SIGSTOP)
+        return
+    store = open_store(project, cfg, create=False)
+    path = store.path
+    store.close()
+    for _ in range(100):
+        worker.send_signal(signal.SIGSTOP)
+        try:
+            with contextlib.closing(sqlite3.connect(path, timeout=0.05)) as probe:
+                probe.execute("BEGIN IMMEDIATE")
+                probe.rollback()
+            return
+        except sqlite3.OperationalError:  # frozen mid-write: let it finish, try again
+            worker.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+    raise AssertionError("the worker was inside a write at every pause")
