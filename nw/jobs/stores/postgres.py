@@ -1053,6 +1053,11 @@ def _runner(r: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _later(beat_at: float | None, now: float) -> float:
+    """A beat at ``now`` of a runner last seen at ``beat_at``: never back."""
+    return now if beat_at is None else max(beat_at, now)
+
+
 def open_postgres_store(
     url: str, project: Any, *, create: bool, read_only: bool | None = None
 ) -> PostgresJobStore | None:
@@ -1099,7 +1104,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def _later(beat_at: float | None, now: float) -> float:
-    return now if beat_at is None else max(beat_at, now)
