@@ -646,6 +646,53 @@ def test_a_client_frozen_after_sending_a_claim_with_its_beat_holds_no_lock(pg_ur
             store.purge()
 
 
+def test_a_store_session_stopped_inside_a_transaction_lets_go_of_its_locks(pg_url, monkeypatch):
+    # A process stopped inside one of the store's explicit transactions (here
+    # a create that finds its job and locks the row to decide) holds the row:
+    # a worker beating, finishing or reaping it would wait for as long. The
+    # server ends a store session idle in a transaction (pg_pool), the lock
+    # goes with it, and the process, going on, finds its connection gone and
+    # runs the operation again on a fresh one.
+    from nw.jobs.stores import pg_pool
+    from nw.jobs.stores.postgres import PostgresJobStore
+
+    monkeypatch.setenv(pg_pool.POOL_MAX_ENV, "1")
+    project_id = f"idle-tx-{uuid.uuid4().hex[:6]}"
+    store = PostgresJobStore(f"{pg_url}?application_name={project_id}", project_id)
+    first = record(kind="idle", at=1_700_000_000.0)
+    row, _ = store.create(first, claimable=True)
+    job_id = row.record["job_id"]
+    lock_row = _lock_and_decide = PostgresJobStore._lock
+    seen: dict[str, object] = {}
+
+    def lock_then_stop(self, conn, params):
+        got = lock_row(self, conn, params)
+        if "stopped" not in seen:  # the first try stops here, holding the row
+            seen["stopped"] = conn.info.backend_pid
+            with psycopg.connect(pg_url, autocommit=True) as other:
+                other.execute("SET lock_timeout = '30s'")  # far past the server's 5 s
+                other.execute(
+                    "UPDATE nw_jobs.jobs SET heartbeat_at = 1 WHERE project_id = %s AND job_id = %s",
+                    (project_id, job_id),
+                )  # waits for the lock, then writes: the stopped session was ended
+                seen["gone"] = not other.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (seen["stopped"],)
+                ).fetchall()
+        return got
+
+    monkeypatch.setattr(PostgresJobStore, "_lock", lock_then_stop)
+    try:
+        again, _ = store.create(first, claimable=True)  # goes on, on a fresh connection
+        assert seen["gone"] is True
+        assert again.record["job_id"] == job_id  # the same job (a retry reads it as its own)
+        assert [r.record["job_id"] for r in store.live()] == [job_id]
+        with store.db.pool.connection() as conn:
+            assert conn.info.backend_pid != seen["stopped"]
+    finally:
+        monkeypatch.setattr(PostgresJobStore, "_lock", _lock_and_decide)
+        store.purge()
+
+
 def test_a_prepared_statement_whose_table_went_away_runs_again_once_it_is_back(pg_url):
     # `one` prepares the store's statements on a pooled connection; a run that
     # fails because its table went away (dropped during a migration) must not

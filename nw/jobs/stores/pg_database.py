@@ -5,7 +5,8 @@
 SQLSTATE, never by its message:
 
 * a lost connection (the server restarted, the network dropped; SQLSTATE
-  class 08, admin shutdown 57P0x, or a pool that cannot connect) is retried
+  class 08, admin shutdown 57P0x, a session ended idle in a transaction
+  25P03, or a pool that cannot connect) is retried
   on a fresh connection, with backoff, until ``retry_s`` has passed; then it
   raises ``JobStoreUnreachable``. Every store operation is written so that
   running it again is safe (fenced writes, upserts, and claim/start/create
@@ -30,7 +31,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TypeVar
 
 from nw.jobs.errors import JobStoreError, JobStoreUnreachable
@@ -51,8 +52,10 @@ T = TypeVar("T")
 
 RETRY_S_ENV = "NW_JOBS_PG_RETRY_S"
 DEFAULT_RETRY_S = 20.0
-#: SQLSTATEs that mean "this connection is gone", whatever the exception class.
-_LOST_STATES = ("57P01", "57P02", "57P03")
+#: SQLSTATEs that mean "this connection is gone", whatever the exception class
+#: (an administrator's or the server's shutdown; a session the server ended for
+#: sitting idle inside a transaction, see ``pg_pool._configure``).
+_LOST_STATES = ("57P01", "57P02", "57P03", "25P03")
 _MAX_CONFLICTS = 10
 #: libpq's words for a connection refused for good (the server's English messages).
 _MISCONFIGURED = re.compile(
@@ -212,11 +215,3 @@ def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.
     runs are at boot (its first claim, its first beat), not in the middle of
     its work."""
     return conn.execute(query, params, prepare=True)
-
-
-@contextlib.contextmanager
-def transaction(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
-    """One pipelined transaction: the statements inside travel in one round trip
-    (their results are read when needed)."""
-    with conn.pipeline(), conn.transaction():
-        yield conn

@@ -87,13 +87,31 @@ def _configure(conn: psycopg.Connection) -> None:
     with no other way still runs. No JIT: these are millisecond queries, and
     the penalties would push their cost past ``jit_above_cost`` (a 350 ms
     compile per claim).
+
+    A session idle inside a transaction for ``IDLE_IN_TRANSACTION_S`` is ended
+    by the server. The store's explicit transactions (a create that finds
+    its job, a claim of a limited key, a prune's batch) send their statements
+    back to back, so a session idle inside one belongs to a process that has
+    stopped between two of them (SIGSTOP, a paused container or VM, a swapped
+    out host) while holding row locks: every worker beating, finishing or
+    reaping those rows would wait on it, and a live worker whose beat waits
+    past ``worker_stale_s`` (6 s by default) would be taken for dead. Ended
+    at 5 s, the locks go with the session; the process, if it ever goes on,
+    finds its connection gone and runs its operation again on a fresh one
+    (``Database.run``: every operation may run twice).
     """
     conn.execute(SESSION_SETTINGS)
 
 
+#: Seconds a store session may sit idle inside a transaction (see ``_configure``).
+IDLE_IN_TRANSACTION_S = 5
+
 #: One string, so one round trip (a query without parameters goes by the
 #: simple protocol, which takes several statements).
-SESSION_SETTINGS = "SET enable_bitmapscan = off; SET enable_sort = off; SET jit = off"
+SESSION_SETTINGS = (
+    "SET enable_bitmapscan = off; SET enable_sort = off; SET jit = off;"
+    f" SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'"
+)
 
 
 def close_pools() -> None:

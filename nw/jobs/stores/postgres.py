@@ -83,7 +83,7 @@ from nw.jobs.stores.base import (
     utc_day,
 )
 from nw.jobs.stores.group_commit import GroupCommit
-from nw.jobs.stores.pg_database import Database, RetryNow, one, transaction
+from nw.jobs.stores.pg_database import Database, RetryNow, one
 from nw.jobs.stores.pg_listen import PgWakeListener
 from nw.jobs.stores.pg_pool import close_pools as _close_pools
 from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
@@ -824,9 +824,10 @@ class PostgresJobStore(JobStore):
         params = self._params({"job_id": job_id, "now": now, "doc": _jsonb(why)})
 
         def op(conn: psycopg.Connection, _retried: bool) -> JobRow | None:
-            with transaction(conn):
-                conn.execute(Q["request_cancel"], params)
-                r = conn.execute(Q["get"], params).fetchone()
+            # Two statements, each committed as it runs: a process frozen between
+            # them holds no lock (one explicit transaction would, until it thawed).
+            one(conn, Q["request_cancel"], params)
+            r = one(conn, Q["get"], params).fetchone()
             return None if r is None else self._row(r)
 
         return self._write("request_cancel", op)
