@@ -672,7 +672,8 @@ def test_a_store_session_stopped_inside_a_transaction_lets_go_of_its_locks(pg_ur
             with psycopg.connect(pg_url, autocommit=True) as other:
                 other.execute("SET lock_timeout = '30s'")  # far past the server's 5 s
                 other.execute(
-                    "UPDATE nw_jobs.jobs SET heartbeat_at = 1 WHERE project_id = %s AND job_id = %s",
+                    "UPDATE nw_jobs.jobs SET heartbeat_at = 1"
+                    " WHERE project_id = %s AND job_id = %s",
                     (project_id, job_id),
                 )  # waits for the lock, then writes: the stopped session was ended
                 seen["gone"] = not other.execute(
