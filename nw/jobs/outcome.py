@@ -23,6 +23,7 @@ attempt budget, exponential backoff with jitter, only some endings retried):
 * A graceful stop (the worker is shutting down) is not a failure: the job goes
   back to the queue at once, and the attempt it was on is given back
   (``attempt_base`` moves up with the lease counter), so it is not consumed.
+  So does a job a claim took whose answer was lost (it never ran).
 * A lost worker's job ends at its last sign of life (its last heartbeat), not
   when someone noticed, so its duration is the time it really ran.
 """
@@ -62,6 +63,9 @@ class Ended(StrEnum):
     STOPPED = "stopped"
     """The worker is shutting down: the body stopped at a boundary, or was still
     running when the grace period ran out."""
+    UNSTARTED = "unstarted"
+    """Claimed and never launched: the claim committed but its answer was lost
+    (the database went away), and the worker that took it gives it back."""
     LOST = "lost"
     """The worker stopped beating (found by the reaper)."""
     ORPHANED = "orphaned"
@@ -155,6 +159,8 @@ def _ended_word(ending: Ending, decided: Outcome, cancel_requested: bool) -> str
         return "cancelled"
     if ending.how is Ended.STOPPED and decided.requeued:
         return "stopped"
+    if ending.how is Ended.UNSTARTED and decided.requeued:
+        return "not started"
     if decided.requeued:
         return "requeued"
     if decided.au_status is ComputationStatus.COMPLETED:
@@ -197,14 +203,17 @@ def _decide(
     if how is Ended.ORPHANED:
         gone = "the process that queued it is gone"
         return _failed(ending, f"{REAPED_REASON} before it started: {gone}")
-    if how is Ended.STOPPED and kind != ERROR_KIND_REFUSED:
+    if how in (Ended.STOPPED, Ended.UNSTARTED) and kind != ERROR_KIND_REFUSED:
         base = int(record.get("attempt_base") or 0)
         fields = {"error": None, "error_kind": None, "attempt_base": base + 1}
+        why = (
+            "the worker is stopping" if how is Ended.STOPPED else "it never ran: its claim was lost"
+        )
         return Outcome(
             ComputationStatus.PENDING,
             {**fields, **events.carry_cost(record)},
             due_at=now,
-            note="put back in the queue for the next worker (the worker is stopping)",
+            note=f"put back in the queue for the next worker ({why})",
         )
     if how is Ended.RAISED and kind == ERROR_KIND_CANCELLED:
         message = ending.message or "cancelled"
@@ -244,6 +253,7 @@ _CANCELLED_BECAUSE = {
     Ended.STOPPED: "cancelled on request; stopped as its worker shut down",
     Ended.LOST: f"{REAPED_REASON} before the body stopped; cancelled on request",
     Ended.ORPHANED: "cancelled on request before it started",
+    Ended.UNSTARTED: "cancelled on request before it started",
 }
 
 

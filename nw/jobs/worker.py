@@ -315,7 +315,8 @@ class Worker:
         back = 0
         for row in lost:
             try:
-                back += self._give_back(rt, row, cancelled=bool(row.record.get("cancel_requested")))
+                cancelled = bool(row.record.get("cancel_requested"))
+                back += self._give_back(rt, row, cancelled=cancelled, how=outcome.Ended.UNSTARTED)
             except Exception:  # its lease is kept: the next beat tries again
                 log.exception("job %s, taken by a lost claim: not put back", row.record["job_id"])
         if lost:
@@ -492,17 +493,19 @@ class Worker:
         row = rt.store.get(job_id)
         if row is None or row.status.value != "running":
             return 0
-        return self._give_back(rt, row, cancelled=False)
+        return self._give_back(rt, row, cancelled=False, how=outcome.Ended.STOPPED)
 
-    def _give_back(self, rt: Runtime, row: JobRow, *, cancelled: bool) -> int:
+    def _give_back(self, rt: Runtime, row: JobRow, *, cancelled: bool, how: outcome.Ended) -> int:
         """Requeue a running job of ours that no body of ours runs now, its
-        attempt not spent (``cancelled``: end it cancelled instead); 1 if
-        written. Not ours any more (reaped and taken by another): 0."""
+        attempt not spent (``cancelled``: end it cancelled instead); ``how``:
+        stopped (its body outlived the grace period) or never started (a lost
+        claim took it). 1 if written; not ours any more (reaped and taken by
+        another): 0."""
         if row.record.get("runner_id") != self.runner_id:
             return 0
         now = self.config.clock()
         decided = outcome.decide(
-            outcome.Ending(outcome.Ended.STOPPED, now),
+            outcome.Ending(how, now),
             row.record,
             outcome.RetryPolicy.of(row.record, self.config),
             now=now,

@@ -142,6 +142,18 @@ def test_a_graceful_stop_requeues_at_once_and_gives_its_attempt_back():
     assert attempt_in_run(reclaimed) == attempt_in_run(record) == 2
 
 
+def test_a_job_a_lost_claim_took_goes_back_with_its_attempt_and_says_it_never_ran():
+    record = rec(attempt=3, base=1)  # the run's 2nd attempt, claimed blind
+    out = decide(Ending(Ended.UNSTARTED, NOW), record, NEVER, now=NOW, cancel_requested=False)
+    assert out.requeued and out.due_at == NOW and out.fields["error"] is None
+    assert "never ran" in out.note and "stopping" not in out.note
+    reclaimed = {**record, **out.fields, "attempt": record["attempt"] + 1}
+    assert attempt_in_run(reclaimed) == attempt_in_run(record) == 2
+    cancelled = decide(Ending(Ended.UNSTARTED, NOW), record, NEVER, now=NOW, cancel_requested=True)
+    assert cancelled.au_status is ComputationStatus.CANCELLED
+    assert cancelled.fields["error"] == "cancelled on request before it started"
+
+
 def test_a_graceful_stop_is_not_a_failure_even_for_a_kind_that_is_never_retried():
     ending = Ending(Ended.STOPPED, NOW)  # still running when the grace ran out
     out = decide(ending, rec(), NEVER, now=NOW, cancel_requested=False)
@@ -207,6 +219,8 @@ def _open(lease=1):
         (Ending(Ended.RAISED, NOW, error_kind="refused", message="no"), RETRY3, False, "failed"),
         (Ending(Ended.RAISED, NOW, error_kind="cancelled"), RETRY3, False, "cancelled"),
         (Ending(Ended.STOPPED, NOW), RETRY3, False, "stopped"),
+        (Ending(Ended.UNSTARTED, NOW), NEVER, False, "not started"),
+        (Ending(Ended.UNSTARTED, NOW), RETRY3, True, "cancelled"),
         (Ending(Ended.LOST, NOW - 2), RETRY3, False, "worker lost"),
         (Ending(Ended.LOST, NOW - 2), NEVER, True, "worker lost"),
     ],

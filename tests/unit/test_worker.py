@@ -356,6 +356,11 @@ def test_jobs_a_claim_took_while_its_answer_was_lost_go_back_and_run(project, pg
     # Then the job it took blind went back to the queue and ran, on its first attempt
     done = _wait_ended(project, pg_worker, lost_job.job_id, "the job a lost claim took, run")
     assert done.status == jobs.SUCCEEDED and done.attempt == 1
+    # and its history says the blind claim never ran it, then the run that did
+    assert [(a["attempt"], a["ended"]) for a in done.attempts] == [
+        (1, "not started"),
+        (1, "succeeded"),
+    ]
 
 
 @pytest.mark.postgres
