@@ -662,7 +662,7 @@ def test_a_store_session_stopped_inside_a_transaction_lets_go_of_its_locks(pg_ur
     first = record(kind="idle", at=1_700_000_000.0)
     row, _ = store.create(first, claimable=True)
     job_id = row.record["job_id"]
-    lock_row = _lock_and_decide = PostgresJobStore._lock
+    lock_row = PostgresJobStore._lock
     seen: dict[str, object] = {}
 
     def lock_then_stop(self, conn, params):
@@ -690,7 +690,6 @@ def test_a_store_session_stopped_inside_a_transaction_lets_go_of_its_locks(pg_ur
         with store.db.pool.connection() as conn:
             assert conn.info.backend_pid != seen["stopped"]
     finally:
-        monkeypatch.setattr(PostgresJobStore, "_lock", _lock_and_decide)
         store.purge()
 
 
