@@ -423,7 +423,8 @@ def test_finish_is_fenced_and_writes_status_and_record_together(store):
 
 
 def test_finish_keeps_any_json_result(store):
-    for value in ({"a": [1, 2.5, None, "x"]}, [1, 2], "text", 3, 0.25, True):
+    huge = {"seed": 2**70, "low": -(2**63) - 1, "digits": "7" * 30}  # past 64 bits: kept exact
+    for value in ({"a": [1, 2.5, None, "x"]}, [1, 2], "text", 3, 0.25, True, huge):
         (a,) = queued(store)
         store.claim(["render"], now=T0 + 1, runner_id="w")
         assert store.finish(
@@ -435,6 +436,8 @@ def test_finish_keeps_any_json_result(store):
             attempt=1,
         )
         assert store.get(a).result == value and store.get_status(a).value == value
+        assert type(store.get(a).result) is type(value)
+    assert type(store.get(a).result["seed"]) is int and store.get(a).result["seed"] == 2**70
 
 
 def test_requeue_is_fenced_and_makes_the_job_due_later(store):
