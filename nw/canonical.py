@@ -19,9 +19,6 @@ stored      store documents (no          as is   compact    \\u-escaped  kept
             identity; ``stored_json``)
 ==========  ===========================  ======  =========  =========  ==============
 
-A store document is read back by ``read_stored``: what ``json.loads`` reads,
-by orjson (a quarter of the time: a worker decodes every job it claims).
-
 Why they differ: every stored job id is a hash of ``ID_FORM`` or ``PLAN_FORM``
 text, so their escaping and spacing are frozen (``tests/unit/test_known_ids.py``
 pins ids); ``FALAW_FORM`` is ``falaw.canonical.canonical_blob`` byte for byte,
@@ -36,12 +33,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from nw.errors import InvalidType
 
@@ -179,30 +173,3 @@ FALAW_FORM = JsonForm(
 def stored_json(value: Any) -> str:
     """A store document: compact, keys in the order given, no NaN."""
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
-
-
-#: A run of 19 digits: an integer orjson may read as a float (past 64 bits).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-
-
-def read_stored(data: bytes | str) -> Any:
-    """A store document read back, exactly as ``json.loads`` reads it.
-
-    orjson reads it, except where orjson would read it otherwise: an integer
-    past 64 bits comes back from orjson as a float (so text holding a run of
-    19 digits, inside a string or not, goes to ``json``), and text orjson
-    refuses (a lone surrogate escape, a number beyond a double, what is not
-    JSON) is read by ``json``, which decides (and raises as it always did).
-    """
-    raw = data
-    if isinstance(data, str):
-        try:
-            raw = data.encode()
-        except UnicodeEncodeError:
-            raw = None
-    if isinstance(raw, bytes) and _LONG_DIGITS.search(raw) is None:
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(data)

@@ -17,10 +17,7 @@ from collections.abc import Callable
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
-
-from nw.canonical import read_stored
 
 POOL_MAX_ENV = "NW_JOBS_PG_POOL_MAX"
 
@@ -102,11 +99,7 @@ def _configure(conn: psycopg.Connection) -> None:
     at 5 s, the locks go with the session; the process, if it ever goes on,
     finds its connection gone and runs its operation again on a fresh one
     (``Database.run``: every operation may run twice).
-
-    ``json`` and ``jsonb`` values are read by ``canonical.read_stored`` (what
-    ``json.loads`` reads, faster: a worker decodes every job it claims).
     """
-    set_json_loads(read_stored, conn)
     conn.execute(SESSION_SETTINGS)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from au import ComputationResult, ComputationStatus
 
-from nw.canonical import read_stored, stored_json
+from nw.canonical import stored_json
 from nw.jobs import limits
 from nw.jobs.errors import JobStoreError
 from nw.jobs.model import ACTIVE_STATUSES
@@ -213,7 +213,7 @@ class SqliteJobStore(JobStore):
     def _row(self, r: sqlite3.Row) -> JobRow:
         job_id = r["job_id"]
         try:
-            doc = read_stored(r["doc"])
+            doc = json.loads(r["doc"])
             if not isinstance(doc, dict):
                 raise ValueError("not an object")
         except (TypeError, ValueError) as exc:
@@ -228,7 +228,7 @@ class SqliteJobStore(JobStore):
         result = None
         if value is not None:
             try:
-                result = read_stored(value)
+                result = json.loads(value)
             except ValueError as exc:
                 record.setdefault("error", f"the job's stored result is unreadable ({exc})")
                 au_status = "failed"
@@ -808,7 +808,7 @@ class SqliteJobStore(JobStore):
             return None
         completed = r["completed_at"]
         return ComputationResult(
-            value=None if r["value"] is None else read_stored(r["value"]),
+            value=None if r["value"] is None else json.loads(r["value"]),
             status=ComputationStatus(r["status"]),
             error=Exception(r["error"]) if r["error"] else None,
             created_at=datetime.fromisoformat(r["created_at"]),
