@@ -86,7 +86,7 @@ def postgres_rows(project) -> str:
                 f" FROM nw_jobs.{table} t WHERE project_id = %s",
                 (project_id,),
             ).fetchone()[0]
-            for table in ("jobs", "status", "progress", "durations", "runners")
+            for table in ("jobs", "progress", "durations", "runners")
         ]
     return "\n".join(parts)
 

@@ -68,10 +68,11 @@ def drain(root: Path, url: str, n_jobs: int, n_workers: int) -> dict:
             " WHERE project_id = %s AND au_status = 'completed'",
             (project.project_id,),
         ).fetchone()
-        for table in ("progress", "status", "jobs"):
-            watch.execute(
-                f"DELETE FROM nw_jobs.{table} WHERE project_id = %s", (project.project_id,)
-            )
+        for table in ("progress", "status", "jobs"):  # `status`: schemas before 0004
+            if watch.execute("SELECT to_regclass(%s)", (f"nw_jobs.{table}",)).fetchone()[0]:
+                watch.execute(
+                    f"DELETE FROM nw_jobs.{table} WHERE project_id = %s", (project.project_id,)
+                )
     between = max(last[0] - first[0], 1)
     return {
         "jobs_s": done / (ended - begun),

@@ -9,10 +9,9 @@ in a loop on one connection, in several shapes over 20,000 queued jobs each:
 
 * ``current``: the store's own ``finish_many_and_claim`` on the real schema
   (``pg_migrations/``): a claim and a finish each rewrite the wide ``jobs``
-  row (ten indexes) and its ``status`` row;
-* ``no status row``: the same statement without its two ``status`` updates
-  (what folding the au status entry into ``jobs`` would save alone);
-* ``no status, no log``: that, and a claim that does not append the attempt
+  row (ten indexes), its au status entry included (migration 0004; before
+  it, each also rewrote a row of a ``status`` table);
+* ``no log``: the same, with a claim that does not append the attempt
   to the record's ``attempts`` log (the ``jsonb_set`` of the wide ``doc``);
 * ``HOT claim``: the store's statement and writes, but claiming from a
   narrow queue table (its rows deleted by the claim) on a ``jobs`` table
@@ -29,7 +28,7 @@ in a loop on one connection, in several shapes over 20,000 queued jobs each:
 * ``narrow claim``: a prototype (scratch tables in the schema ``nw_shapes``,
   dropped after): a claim deletes a narrow queue entry and inserts a narrow
   run row (attempt, lease, runner, beats); a finish fences on that row,
-  deletes it and writes the wide ``jobs`` row once; no ``status`` row.
+  deletes it and writes the wide ``jobs`` row once.
 * ``floor``: the statement of ``peer_floor.py`` (``floor_sql.py``: one narrow
   table keyed by a bigint, one queue index, the finishes and the claims two
   plain updates), alone, on rows as wide as nw-jobs' (a 725-byte ``doc`` the
@@ -166,9 +165,8 @@ def bulk_queue(conn, project_id: str, n: int) -> None:
           INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, attempt, doc,
                                     au_status, queue_at, priority, actor_seq)
           SELECT %(p)s, job_id, created_at, %(kind)s, 0, doc, 'pending', created_at, 0, 1
-            FROM x RETURNING job_id, created_at)
-        INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
-        SELECT %(p)s, job_id, 'pending', to_timestamp(created_at), 0 FROM jb
+            FROM x RETURNING job_id)
+        SELECT count(*) FROM jb
         """,
         {"rows": json.dumps(rows), "p": project_id, "kind": KIND},
     )
@@ -200,18 +198,6 @@ def finish_batch(rows: list[dict], now: float) -> list[dict]:
         }
         for r in rows
     ]
-
-
-def without_status(statement: str) -> str:
-    """``finish_many_and_claim`` without its ``status`` updates (``fs``, ``sb``)."""
-    start = statement.index("), fs AS (")
-    statement = statement[:start] + statement[statement.index("), blocked AS") :]
-    start = statement.index("), sb AS (")
-    statement = statement[:start] + statement[statement.index(")\nSELECT (SELECT") :]
-    statement = statement.replace(" LEFT JOIN sb USING (job_id)", "")
-    return statement.replace(
-        "sb.status, sb.value, sb.error", "'running' AS status, NULL AS value, NULL AS error"
-    )
 
 
 def without_attempts_log(statement: str) -> str:
@@ -375,7 +361,7 @@ def main() -> None:
             hot.execute(f"ALTER TABLE nw_jobs.jobs SET (fillfactor = {int(args.fillfactor)})")
             conn.execute(settings)
             hot.execute(settings)
-            shapes = ("current", "no status row", "no status, no log", "HOT claim", "narrow claim")
+            shapes = ("current", "no log", "HOT claim", "narrow claim")
             for pair in range(args.pairs):
                 for name, (wide, indexes) in FLOOR_SHAPES.items():
                     got = run_floor(conn, wide, indexes, args.jobs, args.rounds, args.batch)
@@ -397,10 +383,8 @@ def main() -> None:
                             (project_id,),
                         )
                         statement = hot_claim(fold)
-                    elif name != "current":
-                        statement = without_status(fold)
-                        if name == "no status, no log":
-                            statement = without_attempts_log(statement)
+                    elif name == "no log":
+                        statement = without_attempts_log(fold)
                     claim = hot_claim(fold) if name == "HOT claim" else q["claim"]
                     got = run_current(on, statement, claim, project_id, args.rounds, args.batch)
                     report(name, got, args.batch)

@@ -131,9 +131,10 @@ WITH g AS (
          CASE WHEN i %% 50 = 0 THEN 'failed' WHEN i %% 97 = 0 THEN 'cancelled'
               ELSE 'completed' END AS au
   FROM generate_series(1, %(n)s) AS i
-), j AS (
-  INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
-    au_status, attempt, cancel_requested, started_at, finished_at, heartbeat_at, runner_id, doc)
+)
+INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
+  au_status, attempt, cancel_requested, started_at, finished_at, heartbeat_at, runner_id, doc,
+  au_value, au_completed_at)
   SELECT %(p)s, job_id, at, 'image.render', md5(job_id),
          CASE WHEN i %% 10 = 0 THEN 'u' || (i %% 7) END,
          au, 1, au = 'cancelled', at + 0.1, at + 2.0, at + 1.9, 'bench-runner',
@@ -141,13 +142,9 @@ WITH g AS (
            'prompt', 'a cat in a hat, number ' || i), 'run_id', md5(job_id || 'r'),
            'max_attempts', 1, 'runner', 'worker', 'estimated_usd', 0.04, 'actual_usd', 0.04,
            'eta_candidates', jsonb_build_array('m|render'), 'output_kind', 'image',
-           'eta_p50', 12.0, 'eta_p90', 18.0, 'eta_confidence', 'learned')
+           'eta_p50', 12.0, 'eta_p90', 18.0, 'eta_confidence', 'learned'),
+         CASE WHEN au = 'completed' THEN jsonb_build_object('i', i) END, to_timestamp(at + 2.0)
   FROM g
-)
-INSERT INTO nw_jobs.status (project_id, job_id, status, value, created_at, completed_at, attempt)
-SELECT %(p)s, job_id, au, CASE WHEN au = 'completed' THEN jsonb_build_object('i', i) END,
-       to_timestamp(at), to_timestamp(at + 2.0), 1
-FROM g
 """
 
 
@@ -160,7 +157,6 @@ def list_jobs_over_history(base: Path, sizes) -> None:
             with psycopg.connect(URL, autocommit=True) as conn:
                 conn.execute(FILL, {"p": project.project_id, "n": n, "t0": 1.7e9})
                 conn.execute("ANALYZE nw_jobs.jobs")
-                conn.execute("ANALYZE nw_jobs.status")
             fill_s = time.perf_counter() - t
             jobs.list_jobs(project, config=cfg)  # warm the pool and prepared statements
             results = {}

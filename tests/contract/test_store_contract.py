@@ -628,6 +628,20 @@ def test_live_without_claimable_leaves_out_the_jobs_queued_for_a_worker(store):
     assert [r.record["job_id"] for r in store.live()] == [a, b, mine]
 
 
+def test_a_status_entry_is_written_only_for_a_job_in_the_store(store):
+    # A job's au status entry belongs to its record: none is made up for a job
+    # the store does not have (au's view raises KeyError, as for a read).
+    (a,) = queued(store, 1)
+    store.put_status(a, ComputationResult({"x": 1}, ComputationStatus.COMPLETED))
+    assert store.get_status(a).value == {"x": 1}
+    stranger = jid()
+    with pytest.raises(KeyError, match=stranger):
+        store.put_status(stranger, ComputationResult(None, ComputationStatus.COMPLETED))
+    assert store.get_status(stranger) is None and store.get(stranger) is None
+    with pytest.raises(KeyError):
+        store.status[stranger] = ComputationResult(None, ComputationStatus.PENDING)
+
+
 def test_reads_of_unknown_jobs(store):
     assert store.get(jid()) is None
     assert store.get_status(jid()) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import threading
 import time
@@ -88,11 +89,16 @@ def test_migrate_is_versioned_idempotent_and_safe_from_two_hosts_at_once(fresh_d
     for t in threads:
         t.join()
     every = [name for _, name, _ in migration_files()]
-    assert every[:3] == ["0001_init.sql", "0002_limits.sql", "0003_console.sql"]
+    assert every[:4] == [
+        "0001_init.sql",
+        "0002_limits.sql",
+        "0003_console.sql",
+        "0004_one_row.sql",
+    ]
     # each migration applied once, by whichever host took its lock first
     assert sorted(name for applied in results for name in applied) == every
     assert migrate(fresh_db) == []
-    assert {
+    assert set(_tables(fresh_db)) == {
         "durations",
         "jobs",
         "limits",
@@ -100,8 +106,7 @@ def test_migrate_is_versioned_idempotent_and_safe_from_two_hosts_at_once(fresh_d
         "runners",
         "schema_migrations",
         "spend_rollup",
-        "status",
-    } <= set(_tables(fresh_db))
+    }
 
 
 def test_a_write_path_refuses_an_unmigrated_database_too(fresh_db, tmp_path):
@@ -386,6 +391,61 @@ def test_a_refill_whose_statement_fails_is_answered_with_no_rows(two_queued):
     # Then the claim it asked for is answered as not made, and nothing was claimed
     assert takes == [(None, 1)]
     assert store.get(queued).status.value == "queued"
+
+
+def test_migrating_to_one_row_per_job_keeps_every_status_entry(fresh_db, monkeypatch):
+    from au import ComputationStatus
+
+    from nw.jobs.stores import pg_schema
+    from nw.jobs.stores.postgres import PostgresJobStore, migrate
+
+    # Given a database at schema 0003, whose jobs have their au status entries
+    # in the `status` table (one finished with a value, one cancelled, one
+    # running, and one whose entry is missing)
+    every = pg_schema.migration_files()
+    monkeypatch.setattr(pg_schema, "migration_files", lambda: every[:3])
+    migrate(fresh_db)
+    monkeypatch.undo()
+    jobs_sql = (
+        "INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, attempt, doc,"
+        " au_status, cancel_requested, finished_at)"
+        " VALUES ('p1', %s, 1700000000, 'render', 1, '{}', %s, %s, %s)"
+    )
+    status_sql = (
+        "INSERT INTO nw_jobs.status (project_id, job_id, status, value, error,"
+        " terminal_reason, created_at, completed_at, attempt)"
+        " VALUES ('p1', %s, %s, %s, %s, %s, to_timestamp(1700000000), %s, 1)"
+    )
+    done_at = datetime.datetime(2026, 12, 3, tzinfo=datetime.UTC)
+    with psycopg.connect(fresh_db) as conn:
+        for job_id, au, cancel, finished in [
+            ("done", "completed", False, 1700000009.0),
+            ("cancel", "cancelled", True, 1700000009.0),
+            ("run", "running", False, None),
+            ("lost", "completed", False, 1700000009.0),
+        ]:
+            conn.execute(jobs_sql, (job_id, au, cancel, finished))
+        conn.execute(status_sql, ("done", "completed", '{"url": "u"}', None, None, done_at))
+        conn.execute(status_sql, ("cancel", "cancelled", None, None, "cancel requested", None))
+        conn.execute(status_sql, ("run", "running", None, None, None, None))
+    # When it is migrated
+    assert migrate(fresh_db) == ["0004_one_row.sql"]
+    assert "status" not in _tables(fresh_db)
+    # Then every job reads as it did, its entry now in its own row
+    store = PostgresJobStore(fresh_db, "p1")
+    done = store.get_status("done")
+    assert (done.status, done.value, done.completed_at) == (
+        ComputationStatus.COMPLETED,
+        {"url": "u"},
+        done_at,
+    )
+    assert store.get("done").result == {"url": "u"}
+    assert store.get_status("cancel").terminal_reason == "cancel requested"
+    assert store.get("cancel").status.value == "cancelled"
+    assert store.get("run").status.value == "running"
+    # a job whose entry was missing reads as failed, as it did before
+    lost = store.get("lost")
+    assert (lost.status.value, lost.error) == ("failed", "the job's status entry is missing")
 
 
 def test_a_database_missing_a_migration_below_its_highest_is_behind(fresh_db):

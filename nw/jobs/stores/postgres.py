@@ -2,8 +2,9 @@
 
 Same contract and semantics as the embedded SQLite store (``tests/contract``
 runs one suite against both). Tables, in schema ``nw_jobs`` (see
-``pg_migrations/0001_init.sql``): ``jobs`` (the index), ``status`` (the au
-``ComputationStore``), ``durations``, ``progress``, ``runners``.
+``pg_migrations/``): ``jobs`` (the index, one row per job, its au status
+entry in its ``au_`` columns: the au ``ComputationStore``), ``durations``,
+``progress``, ``runners``, ``limits``, ``spend_rollup``.
 
 Namespacing. Projects share one database; every row carries the project's
 ``project_id``, the random id written once into ``<root>/.nw/project.json``.
@@ -26,16 +27,15 @@ Concurrency, in one statement per transition where possible:
 * dedup: the primary key ``(project_id, job_id)`` is the constraint; ``create``
   is ``INSERT … ON CONFLICT DO NOTHING``, and only when that conflicts does it
   lock the existing row to decide (live: returned; finished: replaced, the
-  new run carrying ``attempt`` and spend over), from the locked row's own
-  columns (the status row read alongside may predate the lock).
+  new run carrying ``attempt`` and spend over), from the locked row.
 * claims: ``SELECT … FOR UPDATE SKIP LOCKED`` over the small partial index of
   due queued jobs, ``limit`` jobs per statement, moved to running in the same
   statement; a ``lease`` token lets a claim whose reply was lost with the
   connection recover exactly the jobs it took instead of orphaning them.
 * fencing: every fenced write is ``UPDATE … WHERE attempt = %s``.
-* lock order: a statement locks the ``jobs`` row before the ``status`` row
-  (the status update reads from the jobs update), so transitions do not
-  deadlock; a deadlock or serialization failure is retried anyway.
+* one row per job: a transition writes the job's one ``jobs`` row (its
+  au status entry included), so no two rows of a job are locked in turn; a
+  deadlock or serialization failure is retried anyway.
 * waking: ``create`` of a claimable job sends ``NOTIFY nw_jobs_<project>`` in
   the same statement (delivered at commit); workers ``LISTEN`` on it.
 
@@ -201,8 +201,6 @@ class PostgresJobStore(JobStore):
         record = dict(r["doc"]) if isinstance(r["doc"], dict) else {}
         for name in COLUMNS:
             record[name] = r[name]
-        if r["status"] is None:
-            return JobRow(record, "failed", None, "the job's status entry is missing")
         return JobRow(record, r["status"], r["value"], r["error"])
 
     @staticmethod
@@ -334,11 +332,7 @@ class PostgresJobStore(JobStore):
         r = conn.execute(Q["lock"], params).fetchone()
         if r is None:
             return None
-        state, au_status = r["state"], r["au_status"]
-        if r["status"] != au_status:  # the status row predates the lock: read it again
-            r = conn.execute(Q["get"], params).fetchone() or r
-        # no status entry reads as failed (see ``_row``): a new run may replace it
-        return self._row(r), r["status"] is not None and state in _LIVE
+        return self._row(r), r["state"] in _LIVE
 
     def _replace(
         self,
@@ -412,12 +406,7 @@ class PostgresJobStore(JobStore):
                     conn.execute(Q["lock_project_creates"], base)
                 found = {}
                 for r in conn.execute(Q["lock_many"], base).fetchall():
-                    if r["status"] != r["au_status"]:  # the status row predates the lock
-                        r = conn.execute(Q["get"], {**base, "job_id": r["job_id"]}).fetchone() or r
-                    found[r["job_id"]] = (
-                        self._row(r),
-                        r["status"] is not None and r["state"] in _LIVE,
-                    )
+                    found[r["job_id"]] = (self._row(r), r["state"] in _LIVE)
                 new, replace = [], []
                 for k in order:
                     got = found.get(records[k]["job_id"])
@@ -1027,16 +1016,18 @@ class PostgresJobStore(JobStore):
         )
 
     def put_status(self, job_id: str, result: ComputationResult) -> None:
+        """Write a job's au status entry (its row's ``au_`` columns); ``KeyError``
+        for a job not in the store (its entry is part of its row)."""
         args = {
             "job_id": job_id,
             "status": ComputationStatus(result.status).value,
             "value": None if result.value is None else _jsonb(result.value),
             "error": None if result.error is None else str(result.error),
             "terminal_reason": result.terminal_reason,
-            "created_at": _aware(result.created_at),
             "completed_at": _aware(result.completed_at),
         }
-        self._exec("put_status", args)
+        if not self._exec("put_status", args, lambda cur: cur.rowcount):
+            raise KeyError(f"no job {job_id!r} in this store")
 
 
 def _aware(when: datetime | None) -> datetime | None:

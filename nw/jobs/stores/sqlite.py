@@ -818,6 +818,7 @@ class SqliteJobStore(JobStore):
         )
 
     def put_status(self, job_id: str, result: ComputationResult) -> None:
+        """Write a job's au status entry; ``KeyError`` for a job not in the store."""
         args = {
             "job_id": job_id,
             "status": result.status.value,
@@ -828,4 +829,6 @@ class SqliteJobStore(JobStore):
             "completed_at": result.completed_at.isoformat() if result.completed_at else None,
         }
         with self._cursor(write=True) as c:
-            c.execute(Q["put_status"], args)
+            written = c.execute(Q["put_status"], args).rowcount
+        if not written:
+            raise KeyError(f"no job {job_id!r} in this store")

@@ -2,36 +2,26 @@
 -- Loaded by nw.jobs.stores.sql.load_queries; parameters are psycopg's
 -- %(name)s. Every statement is scoped to one project by %(project_id)s.
 --
--- A job is read as one row: the columns of its record in `jobs`, the rest of
--- the record in `doc`, and its status entry (status, value, error). The status
--- entry is looked up per job row (LATERAL: a primary-key probe), so a page
--- reads its 50 rows from one ordered index and 50 status rows, whatever the
--- planner believes about the size of the project.
---
--- Lock order: a statement locks the `jobs` row before the `status` row (the
--- status update reads from the jobs update), so transitions do not deadlock.
+-- A job is one row of `jobs`: the columns of its record, the rest of the
+-- record in `doc`, and its au status entry in the `au_` columns (read as
+-- status, value, error). A transition writes that one row (migration 0004).
 
 -- name: get
--- One job with its status entry.
+-- One job.
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s;
 
 -- name: lock
 -- `create` found the job: lock its row to decide. After waiting for the lock,
--- PostgreSQL re-reads the locked `jobs` row but not the LATERAL status row (it
--- keeps the statement's snapshot), so liveness is decided from the locked
--- row's own columns: `state` (generated from `au_status`, which every
--- transition writes with the status row) and `au_status`.
+-- PostgreSQL re-reads the locked row, so liveness is decided from what the
+-- last transition wrote: `state` (generated from `au_status`) and `au_status`.
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error,
-       j.state, j.au_status
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error, j.state
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
    FOR UPDATE OF j;
 
@@ -39,10 +29,9 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- The jobs a claim or start took under its lease token: a retry whose first
 -- try committed before its reply was lost recovers them instead of claiming more.
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.lease = %(lease)s
  ORDER BY j.job_id;
 
@@ -55,26 +44,24 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- (%(before_at)s, %(before_id)s) is the created_at and id of the job a page
 -- ended at: only older jobs follow (ties by id).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s
    AND (%(state)s::text IS NULL
-        OR (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) = %(state)s::text)
+        OR j.state = %(state)s::text)
    AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
    AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
    AND (%(q)s::text IS NULL
         OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
-   AND (%(grade)s::text IS NULL OR (CASE WHEN s.status IS NULL THEN 'error'
-             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+   AND (%(grade)s::text IS NULL OR (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
              WHEN j.state = 'cancelled' THEN
                (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
                      THEN 'error' ELSE 'notice' END)
              WHEN j.state = 'succeeded' THEN
-               (CASE WHEN s.value IS NULL
-                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+               (CASE WHEN j.au_value IS NULL
+                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
                      THEN 'warning' ELSE 'ok' END)
              WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
              ELSE 'error' END) = %(grade)s::text)
@@ -86,26 +73,24 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: page_by_state
 -- `page` of one job status (index jobs_state).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.state = %(state)s::text
    AND (%(state)s::text IS NULL
-        OR (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) = %(state)s::text)
+        OR j.state = %(state)s::text)
    AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
    AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
    AND (%(q)s::text IS NULL
         OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
-   AND (%(grade)s::text IS NULL OR (CASE WHEN s.status IS NULL THEN 'error'
-             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+   AND (%(grade)s::text IS NULL OR (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
              WHEN j.state = 'cancelled' THEN
                (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
                      THEN 'error' ELSE 'notice' END)
              WHEN j.state = 'succeeded' THEN
-               (CASE WHEN s.value IS NULL
-                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+               (CASE WHEN j.au_value IS NULL
+                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
                      THEN 'warning' ELSE 'ok' END)
              WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
              ELSE 'error' END) = %(grade)s::text)
@@ -117,26 +102,24 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: page_by_actor
 -- `page` of one actor (index jobs_actor).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.actor_id = %(actor_id)s::text
    AND (%(state)s::text IS NULL
-        OR (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) = %(state)s::text)
+        OR j.state = %(state)s::text)
    AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
    AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
    AND (%(q)s::text IS NULL
         OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
-   AND (%(grade)s::text IS NULL OR (CASE WHEN s.status IS NULL THEN 'error'
-             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+   AND (%(grade)s::text IS NULL OR (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
              WHEN j.state = 'cancelled' THEN
                (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
                      THEN 'error' ELSE 'notice' END)
              WHEN j.state = 'succeeded' THEN
-               (CASE WHEN s.value IS NULL
-                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+               (CASE WHEN j.au_value IS NULL
+                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
                      THEN 'warning' ELSE 'ok' END)
              WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
              ELSE 'error' END) = %(grade)s::text)
@@ -148,26 +131,24 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: page_by_kind
 -- `page` of one kind (index jobs_kind).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.kind = %(kind)s::text
    AND (%(state)s::text IS NULL
-        OR (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) = %(state)s::text)
+        OR j.state = %(state)s::text)
    AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
    AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
    AND (%(q)s::text IS NULL
         OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
-   AND (%(grade)s::text IS NULL OR (CASE WHEN s.status IS NULL THEN 'error'
-             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+   AND (%(grade)s::text IS NULL OR (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
              WHEN j.state = 'cancelled' THEN
                (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
                      THEN 'error' ELSE 'notice' END)
              WHEN j.state = 'succeeded' THEN
-               (CASE WHEN s.value IS NULL
-                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+               (CASE WHEN j.au_value IS NULL
+                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
                      THEN 'warning' ELSE 'ok' END)
              WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
              ELSE 'error' END) = %(grade)s::text)
@@ -179,10 +160,9 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: live
 -- Every unfinished job, oldest first (index jobs_live).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.finished_at IS NULL
  ORDER BY j.created_at, j.job_id;
 
@@ -190,25 +170,20 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- `live` without the jobs queued for a worker's claim (queue_at set): what a
 -- reaper reads, since any worker will claim those (a backlog is not read).
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.finished_at IS NULL AND j.queue_at IS NULL
  ORDER BY j.created_at, j.job_id;
 
 -- name: change_mark
--- Moves on every write to the project's jobs or status entries (the web's
--- watchers read the jobs only then; a progress beat patches the job too): a
--- written row version has a newer xmin, so the sum grows; a deleted row
--- lowers the count. One scan of the project's rows in each table, no row
--- decoded.
-SELECT (SELECT count(*) FROM nw_jobs.jobs WHERE project_id = %(project_id)s) AS jobs,
-       (SELECT coalesce(sum(xmin::text::bigint), 0) FROM nw_jobs.jobs
-         WHERE project_id = %(project_id)s) AS jobs_xmin,
-       (SELECT count(*) FROM nw_jobs.status WHERE project_id = %(project_id)s) AS status,
-       (SELECT coalesce(sum(xmin::text::bigint), 0) FROM nw_jobs.status
-         WHERE project_id = %(project_id)s) AS status_xmin;
+-- Moves on every write to the project's jobs (the web's watchers read the
+-- jobs only then; a progress beat patches the job too): a written row
+-- version has a newer xmin, so the sum grows; a deleted row lowers the
+-- count. One scan of the project's rows, no row decoded.
+SELECT count(*) AS jobs, coalesce(sum(xmin::text::bigint), 0) AS jobs_xmin
+  FROM nw_jobs.jobs
+ WHERE project_id = %(project_id)s;
 
 -- name: iter_ids
 -- Job ids, newest first.
@@ -226,7 +201,7 @@ SELECT pg_advisory_xact_lock(hashtext(%(project_id)s));
 -- `actor_seq` (fair share): one past the actor's newest unfinished turn, and
 -- never behind the head of the queue (a newcomer joins the rotation at the
 -- head instead of jumping ahead of everyone, or waiting behind a backlog).
--- A new job is queued (au pending) with its status entry; a claimable one
+-- A new job is queued (au pending); a claimable one
 -- (queue_at set) notifies the project's channel in the same statement, so
 -- idle workers wake at commit. Returns (inserted, notified) counts.
 WITH jb AS (
@@ -247,12 +222,6 @@ WITH jb AS (
                        ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1))
   ON CONFLICT (project_id, job_id) DO NOTHING
   RETURNING job_id
-), sb AS (
-  INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
-  SELECT %(project_id)s, job_id, 'pending', to_timestamp(%(created_at)s), %(attempt)s FROM jb
-  ON CONFLICT (project_id, job_id) DO UPDATE
-     SET status = 'pending', value = NULL, error = NULL, terminal_reason = NULL,
-         created_at = excluded.created_at, completed_at = NULL, attempt = excluded.attempt
 )
 SELECT (SELECT count(*) FROM jb) AS inserted,
        (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, %(kind)s) FROM jb
@@ -260,15 +229,18 @@ SELECT (SELECT count(*) FROM jb) AS inserted,
 
 -- name: replace
 -- A finished job (locked by `lock`) is replaced by a new run: every record
--- column, a fresh status entry, no progress trail. Notifies like `create`.
+-- column, a fresh au status entry (pending), no progress trail. Notifies
+-- like `create`.
 WITH jb AS (
   UPDATE nw_jobs.jobs j
      SET (project_id, job_id, created_at, kind, idempotency_key, actor_id, attempt,
           cancel_requested, started_at, finished_at, heartbeat_at, runner_id, doc,
-          au_status, queue_at, lease, limit_key, priority, actor_seq)
+          au_status, au_value, au_error, au_reason, au_completed_at, queue_at, lease,
+          limit_key, priority, actor_seq)
        = (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
           %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
-          %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', %(queue_at)s, NULL,
+          %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', NULL, NULL, NULL, NULL,
+          %(queue_at)s, NULL,
           %(limit_key)s, %(priority)s, (SELECT greatest(
             coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
                        WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
@@ -281,12 +253,6 @@ WITH jb AS (
   RETURNING j.job_id
 ), pb AS (
   DELETE FROM nw_jobs.progress WHERE project_id = %(project_id)s AND job_id = %(job_id)s
-), sb AS (
-  INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
-  SELECT %(project_id)s, job_id, 'pending', to_timestamp(%(created_at)s), %(attempt)s FROM jb
-  ON CONFLICT (project_id, job_id) DO UPDATE
-     SET status = 'pending', value = NULL, error = NULL, terminal_reason = NULL,
-         created_at = excluded.created_at, completed_at = NULL, attempt = excluded.attempt
 )
 SELECT count(*) AS notified
   FROM (SELECT pg_notify(%(channel)s, %(kind)s) FROM jb
@@ -297,11 +263,9 @@ SELECT count(*) AS notified
 -- inserted in that order too, so two overlapping batches cannot deadlock);
 -- liveness is decided from the locked rows' own columns, as for `lock`.
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error,
-       j.state, j.au_status
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error, j.state
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
  ORDER BY j.job_id
    FOR UPDATE OF j;
@@ -309,7 +273,7 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: create_many
 -- The new jobs of a batch in one statement: the batch is one JSON array of
 -- rows (one parameter however many jobs), inserted in job id order. Each is
--- queued with its status entry, its limit key, priority and due time as by
+-- queued (au pending) with its limit key, priority and due time as by
 -- `create`; its `actor_seq` as `create` computes it, a batch's jobs of one
 -- actor taking consecutive turns from that base in batch order (%(n)s), as
 -- one create after another would. One NOTIFY for the batch when any of them
@@ -340,12 +304,6 @@ WITH x AS (
     FROM turns ORDER BY job_id
   ON CONFLICT (project_id, job_id) DO NOTHING
   RETURNING job_id, created_at, attempt, queue_at
-), sb AS (
-  INSERT INTO nw_jobs.status (project_id, job_id, status, created_at, attempt)
-  SELECT %(project_id)s, job_id, 'pending', to_timestamp(created_at), attempt FROM jb
-  ON CONFLICT (project_id, job_id) DO UPDATE
-     SET status = 'pending', value = NULL, error = NULL, terminal_reason = NULL,
-         created_at = excluded.created_at, completed_at = NULL, attempt = excluded.attempt
 )
 SELECT (SELECT count(*) FROM jb) AS inserted,
        (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '')
@@ -388,15 +346,11 @@ WITH picked AS (
       ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
   RETURNING j.*
-), sb AS (
-  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
-    FROM jb
-   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
-  RETURNING s.job_id, s.status, s.value, s.error
 )
 SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,
-       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error
-  FROM jb JOIN picked USING (job_id) LEFT JOIN sb USING (job_id)
+       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, jb.au_status AS status, jb.au_value AS value,
+       jb.au_error AS error
+  FROM jb JOIN picked USING (job_id)
  ORDER BY picked.queue_at, jb.job_id;
 
 -- name: claim
@@ -444,16 +398,12 @@ WITH blocked AS MATERIALIZED (
       ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
   RETURNING j.*
-), sb AS (
-  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
-    FROM jb
-   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
-  RETURNING s.job_id, s.status, s.value, s.error
 )
 SELECT picked.held, picked.limit_key, picked.job_id, jb.created_at, jb.kind, jb.attempt,
        jb.cancel_requested, jb.started_at, jb.finished_at, jb.heartbeat_at, jb.runner_id,
-       jb.doc, sb.status, sb.value, sb.error
-  FROM picked LEFT JOIN jb USING (job_id) LEFT JOIN sb USING (job_id)
+       jb.doc, jb.au_status AS status, jb.au_value AS value,
+       jb.au_error AS error
+  FROM picked LEFT JOIN jb USING (job_id)
  WHERE picked.held OR jb.job_id IS NOT NULL
  ORDER BY picked.n;
 
@@ -509,16 +459,11 @@ WITH picked AS (
       ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
   RETURNING j.*
-), sb AS (
-  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
-    FROM jb
-   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
-  RETURNING s.job_id, s.status, s.value, s.error
 )
 SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,
-       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error,
-       jb.limit_key
-  FROM jb JOIN picked USING (job_id) LEFT JOIN sb USING (job_id)
+       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, jb.au_status AS status,
+       jb.au_value AS value, jb.au_error AS error, jb.limit_key
+  FROM jb JOIN picked USING (job_id)
  ORDER BY picked.n;
 
 -- name: note_starts
@@ -598,9 +543,8 @@ UPDATE nw_jobs.jobs j
 -- name: finish_many
 -- Terminal writes, many in one statement (the group commit of `finish`):
 -- %(batch)s is a JSON array of {job_id, attempt, au_status, value, error,
--- cols, doc}, each fenced by its attempt and patched as by `patch`; the
--- status entries of the jobs that passed their fence are written from the
--- jobs update. Returns the ids written.
+-- cols, doc}, each fenced by its attempt and patched as by `patch`, its au
+-- status entry written with it. Returns the ids written.
 WITH p AS (
   SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
       AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
@@ -618,18 +562,13 @@ WITH p AS (
          heartbeat_at = CASE WHEN p.cols ? 'heartbeat_at' THEN (p.cols->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
          runner_id = CASE WHEN p.cols ? 'runner_id' THEN p.cols->>'runner_id' ELSE j.runner_id END,
          doc = j.doc || p.doc,
-         au_status = p.au_status,
+         au_status = p.au_status, au_value = p.value, au_error = p.error,
+         au_completed_at = now(),
          queue_at = NULL
     FROM p
    WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
      AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
   RETURNING j.job_id
-), sb AS (
-  UPDATE nw_jobs.status s
-     SET status = p.au_status, value = p.value, error = p.error, completed_at = now()
-    FROM jb JOIN p ON p.job_id = jb.job_id
-   WHERE s.project_id = %(project_id)s AND s.job_id = ANY(%(job_ids)s::text[])
-     AND s.job_id = jb.job_id
 )
 SELECT job_id FROM jb;
 
@@ -662,17 +601,13 @@ WITH p AS (
          heartbeat_at = CASE WHEN p.cols ? 'heartbeat_at' THEN (p.cols->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
          runner_id = CASE WHEN p.cols ? 'runner_id' THEN p.cols->>'runner_id' ELSE j.runner_id END,
          doc = j.doc || p.doc,
-         au_status = p.au_status,
+         au_status = p.au_status, au_value = p.value, au_error = p.error,
+         au_completed_at = now(),
          queue_at = NULL
     FROM p
    WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
      AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
   RETURNING j.job_id
-), fs AS (
-  UPDATE nw_jobs.status s
-     SET status = p.au_status, value = p.value, error = p.error, completed_at = now()
-    FROM fj JOIN p ON p.job_id = fj.job_id
-   WHERE s.project_id = %(project_id)s AND s.job_id = fj.job_id
 ), blocked AS MATERIALIZED (
   SELECT l.limit_key FROM nw_jobs.limits l
    WHERE l.max_running <= (SELECT count(*) FROM nw_jobs.jobs r
@@ -711,18 +646,14 @@ WITH p AS (
       ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
   RETURNING j.*
-), sb AS (
-  UPDATE nw_jobs.status s SET status = 'running', attempt = s.attempt + 1
-    FROM jb
-   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
-  RETURNING s.job_id, s.status, s.value, s.error
 )
 SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished, r.*
   FROM (SELECT 1) one
   LEFT JOIN (SELECT picked.n, picked.held, picked.limit_key, picked.job_id, jb.created_at,
                     jb.kind, jb.attempt, jb.cancel_requested, jb.started_at, jb.finished_at,
-                    jb.heartbeat_at, jb.runner_id, jb.doc, sb.status, sb.value, sb.error
-               FROM picked LEFT JOIN jb USING (job_id) LEFT JOIN sb USING (job_id)
+                    jb.heartbeat_at, jb.runner_id, jb.doc, jb.au_status AS status, jb.au_value AS value,
+       jb.au_error AS error
+               FROM picked LEFT JOIN jb USING (job_id)
               WHERE picked.held OR jb.job_id IS NOT NULL) r ON true
  ORDER BY r.n;
 
@@ -745,18 +676,13 @@ jb AS (
          heartbeat_at = CASE WHEN p.c ? 'heartbeat_at' THEN (p.c->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
          runner_id = CASE WHEN p.c ? 'runner_id' THEN p.c->>'runner_id' ELSE j.runner_id END,
          doc = j.doc || p.d,
-         au_status = 'pending',
+         au_status = 'pending', au_value = NULL, au_error = NULL, au_completed_at = NULL,
          queue_at = %(not_before)s,
          lease = NULL
     FROM p
    WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
      AND j.attempt = coalesce(%(attempt)s::integer, j.attempt) AND j.finished_at IS NULL
   RETURNING j.job_id
-), sb AS (
-  UPDATE nw_jobs.status s
-     SET status = 'pending', value = NULL, error = NULL, completed_at = NULL
-    FROM jb
-   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
 )
 SELECT count(*) AS requeued FROM jb;
 
@@ -772,16 +698,13 @@ WITH cur AS (
      FOR UPDATE
 ), jb AS (
   UPDATE nw_jobs.jobs j
-     SET cancel_requested = true, au_status = 'cancelled', queue_at = NULL,
+     SET cancel_requested = true, au_status = 'cancelled', au_reason = 'cancel requested',
+         queue_at = NULL,
          finished_at = CASE WHEN cur.queued THEN %(now)s ELSE j.finished_at END,
          doc = CASE WHEN cur.queued THEN j.doc || %(doc)s::jsonb ELSE j.doc END
     FROM cur
    WHERE j.project_id = %(project_id)s AND j.job_id = cur.job_id
   RETURNING j.job_id
-), sb AS (
-  UPDATE nw_jobs.status s SET status = 'cancelled', terminal_reason = 'cancel requested'
-    FROM jb
-   WHERE s.project_id = %(project_id)s AND s.job_id = jb.job_id
 )
 SELECT count(*) AS cancelled FROM jb;
 
@@ -802,70 +725,53 @@ SELECT job_id FROM nw_jobs.jobs
    AND (cancel_requested OR finished_at IS NOT NULL OR runner_id IS DISTINCT FROM %(runner_id)s);
 
 -- name: put_record
--- Upsert a whole record (unfenced: the index view's __setitem__). A new job
--- takes its au status from an existing status entry, else pending, and gets
--- a pending status entry if it has none.
-WITH jb AS (
-  INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
-                            attempt, cancel_requested, started_at, finished_at, heartbeat_at,
-                            runner_id, doc, au_status)
-  VALUES (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
-          %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
-          %(heartbeat_at)s, %(runner_id)s, %(doc)s,
-          coalesce((SELECT status FROM nw_jobs.status
-                     WHERE project_id = %(project_id)s AND job_id = %(job_id)s), 'pending'))
-  ON CONFLICT (project_id, job_id) DO UPDATE
-     SET created_at = excluded.created_at, kind = excluded.kind,
-         idempotency_key = excluded.idempotency_key, actor_id = excluded.actor_id,
-         attempt = excluded.attempt, cancel_requested = excluded.cancel_requested,
-         started_at = excluded.started_at, finished_at = excluded.finished_at,
-         heartbeat_at = excluded.heartbeat_at, runner_id = excluded.runner_id,
-         doc = excluded.doc
-  RETURNING job_id
-)
-INSERT INTO nw_jobs.status (project_id, job_id, status, created_at)
-SELECT %(project_id)s, job_id, 'pending', to_timestamp(%(created_at)s) FROM jb
-ON CONFLICT (project_id, job_id) DO NOTHING;
+-- Upsert a whole record (unfenced: the index view's __setitem__). A new job's
+-- au status is pending; an existing job keeps its au status.
+INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
+                          attempt, cancel_requested, started_at, finished_at, heartbeat_at,
+                          runner_id, doc, au_status)
+VALUES (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
+        %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
+        %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending')
+ON CONFLICT (project_id, job_id) DO UPDATE
+   SET created_at = excluded.created_at, kind = excluded.kind,
+       idempotency_key = excluded.idempotency_key, actor_id = excluded.actor_id,
+       attempt = excluded.attempt, cancel_requested = excluded.cancel_requested,
+       started_at = excluded.started_at, finished_at = excluded.finished_at,
+       heartbeat_at = excluded.heartbeat_at, runner_id = excluded.runner_id,
+       doc = excluded.doc;
 
 -- name: get_status
--- One au status entry (the status view's __getitem__).
-SELECT status, value, error, terminal_reason, created_at, completed_at, attempt
-  FROM nw_jobs.status
+-- One job's au status entry (the status view's __getitem__): its au columns,
+-- created when the job was, at the job's attempt.
+SELECT au_status AS status, au_value AS value, au_error AS error,
+       au_reason AS terminal_reason, to_timestamp(created_at) AS created_at,
+       au_completed_at AS completed_at, attempt
+  FROM nw_jobs.jobs
  WHERE project_id = %(project_id)s AND job_id = %(job_id)s;
 
 -- name: put_status
--- Upsert an au status entry (the status view's __setitem__); the jobs row is
--- locked first (lock order) and its au_status mirrors the entry.
-WITH jb AS (
-  UPDATE nw_jobs.jobs SET au_status = %(status)s, queue_at = NULL
-   WHERE project_id = %(project_id)s AND job_id = %(job_id)s
-  RETURNING 1
-)
-INSERT INTO nw_jobs.status (project_id, job_id, status, value, error, terminal_reason,
-                            created_at, completed_at)
-SELECT %(project_id)s, %(job_id)s, %(status)s, %(value)s::jsonb, %(error)s::text,
-       %(terminal_reason)s::text, %(created_at)s::timestamptz, %(completed_at)s::timestamptz
-  FROM (SELECT count(*) FROM jb) locked_first
-ON CONFLICT (project_id, job_id) DO UPDATE
-   SET status = excluded.status, value = excluded.value, error = excluded.error,
-       terminal_reason = excluded.terminal_reason, completed_at = excluded.completed_at;
+-- Write a job's au status entry (the status view's __setitem__); a job not in
+-- the store has none to write (returns no row).
+UPDATE nw_jobs.jobs
+   SET au_status = %(status)s, au_value = %(value)s::jsonb, au_error = %(error)s::text,
+       au_reason = %(terminal_reason)s::text,
+       au_completed_at = %(completed_at)s::timestamptz, queue_at = NULL
+ WHERE project_id = %(project_id)s AND job_id = %(job_id)s
+RETURNING job_id;
 
 -- name: delete
--- Remove one job: record, status entry, progress trail.
-WITH jb AS (
-  DELETE FROM nw_jobs.jobs WHERE project_id = %(project_id)s AND job_id = %(job_id)s
-), pb AS (
+-- Remove one job: its row and its progress trail.
+WITH pb AS (
   DELETE FROM nw_jobs.progress WHERE project_id = %(project_id)s AND job_id = %(job_id)s
 )
-DELETE FROM nw_jobs.status WHERE project_id = %(project_id)s AND job_id = %(job_id)s;
+DELETE FROM nw_jobs.jobs WHERE project_id = %(project_id)s AND job_id = %(job_id)s;
 
 -- name: purge
 -- Every row of the project (tests, benchmarks, retiring a project); returns
 -- the number of jobs.
 WITH jb AS (
   DELETE FROM nw_jobs.jobs WHERE project_id = %(project_id)s RETURNING 1
-), sb AS (
-  DELETE FROM nw_jobs.status WHERE project_id = %(project_id)s
 ), pb AS (
   DELETE FROM nw_jobs.progress WHERE project_id = %(project_id)s
 ), db AS (
@@ -1052,10 +958,9 @@ SELECT pg_notify(%(channel)s, '');
 -- The oldest finished jobs that finished before %(cutoff)s (index
 -- jobs_finished), locked: what `prune` rolls up and deletes, a batch at a time.
 SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s AND j.finished_at IS NOT NULL
    AND j.finished_at < %(cutoff)s::double precision
  ORDER BY j.finished_at, j.job_id
@@ -1065,7 +970,7 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: prune_rows
 -- Fold pruned jobs into their days' rollup rows (%(rollup)s: a JSON array of
 -- {day, kind, actor_id, status, grade, jobs, usd, lower_bound}) and delete the
--- jobs %(job_ids)s: record, status entry, progress trail. Returns the jobs deleted.
+-- jobs %(job_ids)s: record and progress trail. Returns the jobs deleted.
 WITH up AS (
   INSERT INTO nw_jobs.spend_rollup (project_id, day, kind, actor_id, status, grade, jobs, usd,
                                     lower_bound)
@@ -1077,9 +982,6 @@ WITH up AS (
   ON CONFLICT (project_id, day, kind, actor_id, status, grade) DO UPDATE
      SET jobs = spend_rollup.jobs + excluded.jobs, usd = spend_rollup.usd + excluded.usd,
          lower_bound = spend_rollup.lower_bound OR excluded.lower_bound
-), sb AS (
-  DELETE FROM nw_jobs.status
-   WHERE project_id = %(project_id)s AND job_id = ANY(%(job_ids)s::text[])
 ), pb AS (
   DELETE FROM nw_jobs.progress
    WHERE project_id = %(project_id)s AND job_id = ANY(%(job_ids)s::text[])
@@ -1131,23 +1033,20 @@ SELECT kind, actor_id, day >= %(today_day)s::date, sum(usd), bool_or(lower_bound
 
 -- name: counts
 -- How many jobs by status and grade (the grade CASE of `page`), pruned ones included.
-SELECT (CASE WHEN s.status IS NULL THEN 'failed' ELSE j.state END) AS state,
-       (CASE WHEN s.status IS NULL THEN 'error'
-             WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
+SELECT j.state AS state,
+       (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
              WHEN j.state = 'cancelled' THEN
                (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), s.error) LIKE 'worker lost%%'
+                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
                      THEN 'error' ELSE 'notice' END)
              WHEN j.state = 'succeeded' THEN
-               (CASE WHEN s.value IS NULL
-                          OR s.value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
+               (CASE WHEN j.au_value IS NULL
+                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
                      THEN 'warning' ELSE 'ok' END)
              WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
              ELSE 'error' END) AS grade,
        count(*) AS n
   FROM nw_jobs.jobs j
-  LEFT JOIN LATERAL (SELECT t.status, t.value, t.error FROM nw_jobs.status t
-                      WHERE t.project_id = j.project_id AND t.job_id = j.job_id LIMIT 1) s ON true
  WHERE j.project_id = %(project_id)s
  GROUP BY 1, 2
 UNION ALL

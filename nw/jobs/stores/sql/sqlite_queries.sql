@@ -438,9 +438,11 @@ SELECT status, value, error, terminal_reason, created_at, completed_at, attempt
   FROM status WHERE job_id = :job_id;
 
 -- name: put_status
--- Upsert an au status entry (the status view's __setitem__); not claimable.
+-- Upsert a job's au status entry (the status view's __setitem__); not
+-- claimable. Nothing for a job not in the store (no row written).
 INSERT INTO status (job_id, status, value, error, terminal_reason, created_at, completed_at)
-VALUES (:job_id, :status, :value, :error, :terminal_reason, :created_at, :completed_at)
+SELECT :job_id, :status, :value, :error, :terminal_reason, :created_at, :completed_at
+ WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = :job_id)
 ON CONFLICT (job_id) DO UPDATE
    SET status = excluded.status, value = excluded.value, error = excluded.error,
        terminal_reason = excluded.terminal_reason, completed_at = excluded.completed_at,
