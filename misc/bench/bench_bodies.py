@@ -20,11 +20,14 @@ register_kind("bench.noop", "bench_bodies:noop")
 
 
 def start_workers(project, n, extra=()):
-    """``n`` real worker processes on ``project`` (quiet; ``extra`` CLI flags)."""
+    """``n`` real worker processes on ``project`` (quiet; ``extra`` CLI flags),
+    running this checkout's ``nw``: started in its root, which ``python -m``
+    puts first on the path (the current folder would come before
+    ``PYTHONPATH``, and another checkout's ``nw`` would run)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}"}
     cmd = [sys.executable, "-m", "nw.jobs.worker", "--project", str(project.root),
            "--import", "bench_bodies", "--log-level", "WARNING", *extra]  # fmt: skip
-    return [subprocess.Popen(cmd, env=env) for _ in range(n)]
+    return [subprocess.Popen(cmd, env=env, cwd=ROOT) for _ in range(n)]
 
 
 def cpu_seconds(pids) -> float | None:

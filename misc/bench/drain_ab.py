@@ -105,10 +105,11 @@ def main() -> None:
             admin.execute(f"CREATE DATABASE {db}")
     try:
         for side, root in roots.items():  # each schema as its own code migrates it
+            # (in the checkout's root: `-c` puts the current folder first on the path)
             subprocess.run(
                 [sys.executable, "-c", "import sys; from nw.jobs.stores.pg_schema import migrate;"
                  " migrate(sys.argv[1])", f"{base}/{dbs[side]}"],
-                env={**os.environ, "PYTHONPATH": str(root)}, check=True,
+                env={**os.environ, "PYTHONPATH": str(root)}, check=True, cwd=root,
             )  # fmt: skip
         for workers in args.workers:
             got: dict[str, list[dict]] = {side: [] for side in roots}
@@ -120,7 +121,7 @@ def main() -> None:
                          f"{base}/{dbs[side]}", "--jobs", str(args.jobs), "--workers",
                          str(workers)],
                         env={**os.environ, "PYTHONPATH": ""}, check=True, capture_output=True,
-                        text=True,
+                        text=True, cwd=roots[side],  # its workers run the checkout there
                     ).stdout  # fmt: skip
                     run = json.loads(out.strip().splitlines()[-1])
                     got[side].append(run)
