@@ -52,6 +52,9 @@ def drain(root: Path, url: str, n_jobs: int, n_workers: int) -> dict:
     with psycopg.connect(url, autocommit=True) as watch:
         procs = start_workers(project, n_workers, ["--database-url", url])
         pids = [p.pid for p in procs]
+        for pid in pids:  # `python -m` runs the `nw` of the folder it starts in
+            where = Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+            assert where == root.resolve(), f"a worker started in {where}, not {root}"
         try:
             deadline = time.monotonic() + 300
             count = lambda: watch.execute(done_sql, (project.project_id,)).fetchone()[0]  # noqa: E731
