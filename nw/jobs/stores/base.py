@@ -21,6 +21,8 @@ overwrite a newer attempt or a final state.
 
 from __future__ import annotations
 
+import functools
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -51,6 +53,16 @@ COLUMNS = (
     "heartbeat_at",
     "runner_id",
 )
+
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@functools.lru_cache(maxsize=1024)
+def is_field_name(name: Hashable) -> bool:
+    """A record field name a store accepts in a patch: an identifier (a doc
+    key and a column name alike). Cached: every finish checks each of its
+    fields' names."""
+    return isinstance(name, str) and _FIELD_NAME.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ from nw.jobs.stores.base import (
     carry_over,
     check_distinct,
     due_at,
+    is_field_name,
     rollup_rows,
     settled_error,
     split_record,
@@ -105,7 +106,6 @@ log = logging.getLogger("nw.jobs")
 #: (README, Performance).
 FINISH_LANES, FINISH_CROWD = 2, 4
 
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LIVE = ("queued", "running", "cancelling")
 
 
@@ -209,7 +209,7 @@ class PostgresJobStore(JobStore):
         cols: dict[str, Any] = {}
         doc: dict[str, Any] = {}
         for name, value in fields.items():
-            if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name):
+            if not is_field_name(name):
                 raise ValueError(f"not a record field name: {name!r}")
             if name == "job_id":
                 continue

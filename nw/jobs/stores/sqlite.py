@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -43,6 +42,7 @@ from nw.jobs.stores.base import (
     carry_over,
     check_distinct,
     due_at,
+    is_field_name,
     rollup_rows,
     split_record,
     utc_day,
@@ -59,7 +59,6 @@ ROLLUP_VERSION = 3
 LIMITS_VERSION = 4
 Q = load_queries("sqlite_queries.sql")
 UPGRADES = load_queries("sqlite_upgrades.sql")
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The columns the ``patch`` statement sets by flag; the indexed ones have a
 #: statement each (see ``patch`` in sqlite_queries.sql).
 _PATCHED_BY_FLAG = (
@@ -516,7 +515,7 @@ class SqliteJobStore(JobStore):
         alone: list[str] = []
         merged: dict[str, Any] = {}
         for name, value in fields.items():
-            if not _FIELD_NAME.fullmatch(name):
+            if not is_field_name(name):
                 raise ValueError(f"not a record field name: {name!r}")
             if name == "job_id":
                 continue
