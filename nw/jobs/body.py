@@ -257,10 +257,17 @@ def run_attempt(
     launch.handed_over = True
     written = outcome.write_soon(store, job_id, attempt, decided, value)
     if hand_over:  # the slot waits on the answer, not this thread
-        # First of the answer's callbacks, which run in turn: what the caller
-        # chains to ``written`` (its slot let go) runs after this, never beside it.
-        written.add_done_callback(lambda w: _written(w, launch, decided, job_id, attempt))
-        meta["written"] = written
+        answered: Future = Future()
+        answered.set_running_or_notify_cancel()
+
+        def on_written(w: Future) -> None:
+            try:
+                _written(w, launch, decided, job_id, attempt)
+            finally:  # what waits on the answer runs after this, never beside it
+                answered.set_result(None)
+
+        written.add_done_callback(on_written)
+        meta["written"] = answered
     else:  # a store error is raised here, as by ``write``
         if not written.result():
             _refused(job_id, attempt)

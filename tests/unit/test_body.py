@@ -171,3 +171,39 @@ def test_a_setup_that_raises_ends_the_attempt_without_running_the_body(
     assert "its setup raised SystemExit: vault client called exit; the body did not run" in (
         caplog.text
     )
+
+
+def test_a_handed_over_outcome_is_answered_only_once_it_is_recorded(
+    store, claimed, config, monkeypatch
+):
+    # A worker's body thread hands its finish over and is free; the slot is let
+    # go on the answer it gets back. That answer must come after the attempt's
+    # outcome is recorded on the launch (the worker's release reads it), even
+    # when the store's future is already resolved and its callbacks are still
+    # running on the committer's thread.
+    from concurrent.futures import Future
+
+    from nw.jobs import body as body_module
+
+    row = claimed(ID)
+    store_answer: Future = Future()
+    monkeypatch.setattr(store, "finish_soon", lambda job_id, **finish: store_answer)
+    recording, release = threading.Event(), threading.Event()
+    real_written = body_module._written
+
+    def slow_written(*args):
+        recording.set()
+        assert release.wait(10)
+        real_written(*args)
+
+    monkeypatch.setattr(body_module, "_written", slow_written)
+    launch = Launch(fn=lambda project, params: {"ok": 1}, project=None)
+    result = run_attempt(store, row, launch, config, hand_over=True)
+    answered = result.metadata["written"]
+    committer = threading.Thread(target=store_answer.set_result, args=(True,))
+    committer.start()
+    assert recording.wait(10)  # the store answered; the outcome is being recorded
+    assert store_answer.done() and not answered.done() and launch.decided is None
+    release.set()
+    committer.join(10)
+    assert answered.done() and launch.decided is not None
