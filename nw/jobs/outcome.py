@@ -30,6 +30,7 @@ attempt budget, exponential backoff with jitter, only some endings retried):
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -147,14 +148,7 @@ def decide(
     word = _ended_word(ending, decided, cancel_requested)
     error = decided.fields.get("error") or decided.error
     closed = closed_attempts(record, ended=word, at=ending.at, error=error)
-    return Outcome(  # built, not dataclasses.replace'd: this runs once per attempt
-        decided.au_status,
-        {**decided.fields, **closed},
-        error=decided.error,
-        due_at=decided.due_at,
-        note=decided.note,
-        ended=word,
-    )
+    return dataclasses.replace(decided, ended=word, fields={**decided.fields, **closed})
 
 
 def _ended_word(ending: Ending, decided: Outcome, cancel_requested: bool) -> str:
