@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 
 import pytest
 
 from nw.jobs import JobCancelled, JobRefused
+from nw.jobs import body as body_module
 from nw.jobs.body import Launch, run_attempt
 from nw.jobs.model import JobsConfig
 from nw.jobs.outcome import backoff_delay
@@ -181,10 +183,6 @@ def test_a_handed_over_outcome_is_answered_only_once_it_is_recorded(
     # outcome is recorded on the launch (the worker's release reads it), even
     # when the store's future is already resolved and its callbacks are still
     # running on the committer's thread.
-    from concurrent.futures import Future
-
-    from nw.jobs import body as body_module
-
     row = claimed(ID)
     store_answer: Future = Future()
     monkeypatch.setattr(store, "finish_soon", lambda job_id, **finish: store_answer)
