@@ -15,6 +15,7 @@ from nw.cli.jobs import cmd_cancel, cmd_enqueue, cmd_list, cmd_retry, cmd_show, 
 from nw.cli.money import cmd_estimate, cmd_limits, cmd_spend
 from nw.cli.ops import cmd_db_migrate, cmd_prune, cmd_summarize, cmd_worker, cmd_workers
 from nw.cli.serve import cmd_serve
+from nw.jobs.model import WORKER_LOG_LEVELS
 
 
 def _positive_int(text: str) -> int:
@@ -213,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent", type=_positive_int, help="bodies at once")
     p.add_argument(
         "--log-level",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        choices=WORKER_LOG_LEVELS,
         type=str.upper,
         help="INFO (default): a line per job as it ends (kind, id, attempt, outcome, seconds);"
         " DEBUG also its start",

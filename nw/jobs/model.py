@@ -45,6 +45,8 @@ RUNNER_INPROC = "inproc"
 RUNNER_WORKER = "worker"
 #: How records stored before ``RUNNER_INPROC`` named the in-process tier.
 RUNNER_INPROC_LEGACY = "local"
+#: The levels a worker's log may be set to (``nw-jobs worker --log-level``).
+WORKER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 ERROR_KIND_REFUSED = "refused"
 ERROR_KIND_CANCELLED = "cancelled"

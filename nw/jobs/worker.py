@@ -44,7 +44,7 @@ from au import ComputationStatus
 from nw.errors import InvalidSetting, JobStoreError, NwJobsError
 from nw.jobs import credentials, kinds, outcome
 from nw.jobs.body import Launch
-from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
+from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, WORKER_LOG_LEVELS, JobsConfig
 from nw.jobs.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
@@ -573,11 +573,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--log-level",
         default="INFO",
+        type=str.upper,
+        choices=WORKER_LOG_LEVELS,
         help="INFO (default) logs one line per job as it ends; DEBUG also its start;"
         " WARNING only problems",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     here = os.getcwd()  # --import finds a module in the current folder, as uvicorn does
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)

@@ -325,6 +325,16 @@ def test_db_migrate_passes_the_url(monkeypatch):
 def test_worker_and_db_say_what_is_wrong_in_one_line(project):
     bad = nw_jobs("worker", "--project", str(project.root), "--max-concurrent", "0")
     assert bad.returncode == 2  # our own parser checks what it declares
+    for command in (("nw.cli", "worker"), ("nw.jobs.worker",)):  # the CLI, and what it runs
+        level = subprocess.run(
+            [sys.executable, "-m", *command, "--project", str(project.root), "--log-level", "loud"],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert level.returncode == 2 and "Traceback" not in level.stderr, level.stderr
+        assert "--log-level: invalid choice: 'LOUD'" in level.stderr.strip().splitlines()[-1]
     db = nw_jobs("db", "migrate")
     one_line_error(db, "needs --database-url or NW_JOBS_DATABASE_URL")
 
