@@ -19,13 +19,14 @@ def noop(project, params):
 register_kind("bench.noop", "bench_bodies:noop")
 
 
-def start_workers(project, n, extra=()):
+def start_workers(project, n, extra=(), module="nw.jobs.worker"):
     """``n`` real worker processes on ``project`` (quiet; ``extra`` CLI flags),
     running this checkout's ``nw``: started in its root, which ``python -m``
     puts first on the path (the current folder would come before
-    ``PYTHONPATH``, and another checkout's ``nw`` would run)."""
+    ``PYTHONPATH``, and another checkout's ``nw`` would run). ``module``: the
+    worker's entry (``narrow_worker`` for the narrow-rows prototype)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}"}
-    cmd = [sys.executable, "-m", "nw.jobs.worker", "--project", str(project.root),
+    cmd = [sys.executable, "-m", module, "--project", str(project.root),
            "--import", "bench_bodies", "--log-level", "WARNING", *extra]  # fmt: skip
     return [subprocess.Popen(cmd, env=env, cwd=ROOT) for _ in range(n)]
 

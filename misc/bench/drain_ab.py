@@ -2,6 +2,7 @@
 
     python misc/bench/drain_ab.py --before DIR [--url postgresql://…] [--jobs 4000]
         [--workers 1 2] [--pairs 4]
+    python misc/bench/drain_ab.py --narrow [...]
 
 This shared machine's speed moves by tens of percent within minutes, more
 than most changes to the hot path do, so two drains taken apart compare
@@ -14,6 +15,11 @@ imports that checkout's ``nw`` and starts that checkout's workers. It prints
 every drain (jobs/s from the first start to the last finish, as
 ``pg_bench.py``; CPU per job of the workers and of PostgreSQL) and, per
 worker count, the median of each side and the median of the pairs' ratios.
+
+``--narrow`` compares this checkout with itself over the narrow-rows
+prototype (``narrow_rows.sql``, ``narrow_worker.py``: a claim that moves a
+queue entry to a run row, a finish that writes the wide row once) instead of
+another checkout (the side it prints as ``narrow``).
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ HERE = Path(__file__).resolve().parent
 URL = os.environ.get("NW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def drain(root: Path, url: str, n_jobs: int, n_workers: int) -> dict:
-    """One drain by the checkout at ``root`` (run in a process importing it)."""
+def drain(root: Path, url: str, n_jobs: int, n_workers: int, narrow: bool = False) -> dict:
+    """One drain by the checkout at ``root`` (run in a process importing it);
+    ``narrow``: over the narrow-rows prototype."""
     sys.path[:0] = [str(root), str(root / "misc" / "bench")]
     import psycopg
     from bench_bodies import cpu_seconds, server_cpu_seconds, start_workers, stop_workers
@@ -48,9 +55,14 @@ def drain(root: Path, url: str, n_jobs: int, n_workers: int) -> dict:
     for start in range(0, n_jobs, 1000):
         items = [("bench.noop", {"i": i}) for i in range(start, min(start + 1000, n_jobs))]
         jobs.enqueue_many(project, items, config=config)
+    if narrow:
+        from narrow_worker import prepare
+
+        prepare(url)
     done_sql = "SELECT count(*) FROM nw_jobs.jobs WHERE project_id = %s AND au_status = 'completed'"
     with psycopg.connect(url, autocommit=True) as watch:
-        procs = start_workers(project, n_workers, ["--database-url", url])
+        module = "narrow_worker" if narrow else "nw.jobs.worker"
+        procs = start_workers(project, n_workers, ["--database-url", url], module=module)
         pids = [p.pid for p in procs]
         for pid in pids:  # `python -m` runs the `nw` of the folder it starts in
             where = Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
@@ -91,16 +103,22 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=4000)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--pairs", type=int, default=4)
+    ap.add_argument(
+        "--narrow", action="store_true", help="against the narrow-rows prototype, not --before"
+    )
     ap.add_argument("--side", type=Path, help=argparse.SUPPRESS)  # one drain, in a child
     args = ap.parse_args()
     if args.side:
-        print(json.dumps(drain(args.side, args.url, args.jobs, args.workers[0])))
+        print(json.dumps(drain(args.side, args.url, args.jobs, args.workers[0], args.narrow)))
         return
-    if args.before is None or not (args.before / "nw").is_dir():
+    other = "narrow" if args.narrow else "before"
+    if args.narrow:
+        args.before = HERE.parents[1]
+    elif args.before is None or not (args.before / "nw").is_dir():
         ap.error("--before must name another checkout of this project (a folder holding nw/)")
     import psycopg
 
-    roots = {"this": HERE.parents[1], "before": args.before.resolve()}
+    roots = {"this": HERE.parents[1], other: args.before.resolve()}
     base, _, _ = args.url.rpartition("/")
     dbs = {side: f"nw_ab_{side}_{uuid.uuid4().hex[:6]}" for side in roots}
     with psycopg.connect(args.url, autocommit=True) as admin:
@@ -117,12 +135,12 @@ def main() -> None:
         for workers in args.workers:
             got: dict[str, list[dict]] = {side: [] for side in roots}
             for pair in range(args.pairs):
-                order = ["this", "before"] if pair % 2 == 0 else ["before", "this"]
+                order = ["this", other] if pair % 2 == 0 else [other, "this"]
                 for side in order:
                     out = subprocess.run(
                         [sys.executable, __file__, "--side", str(roots[side]), "--url",
                          f"{base}/{dbs[side]}", "--jobs", str(args.jobs), "--workers",
-                         str(workers)],
+                         str(workers), *(["--narrow"] if side == "narrow" else [])],
                         env={**os.environ, "PYTHONPATH": ""}, check=True, capture_output=True,
                         text=True, cwd=roots[side],  # its workers run the checkout there
                     ).stdout  # fmt: skip
@@ -135,12 +153,12 @@ def main() -> None:
                         flush=True,
                     )
             ratios = [
-                a["jobs_s"] / b["jobs_s"] for a, b in zip(got["this"], got["before"], strict=True)
+                a["jobs_s"] / b["jobs_s"] for a, b in zip(got["this"], got[other], strict=True)
             ]
             medians = {s: statistics.median(r["jobs_s"] for r in got[s]) for s in roots}
             print(
-                f"{workers} worker(s): this {medians['this']:,.0f} jobs/s, before"
-                f" {medians['before']:,.0f} (medians of {args.pairs}); this/before per pair"
+                f"{workers} worker(s): this {medians['this']:,.0f} jobs/s, {other}"
+                f" {medians[other]:,.0f} (medians of {args.pairs}); this/{other} per pair"
                 f" {', '.join(f'{r:.2f}' for r in ratios)}, median {statistics.median(ratios):.2f}"
             )
     finally:

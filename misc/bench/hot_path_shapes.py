@@ -28,7 +28,11 @@ in a loop on one connection, in several shapes over 20,000 queued jobs each:
 * ``narrow claim``: a prototype (scratch tables in the schema ``nw_shapes``,
   dropped after): a claim deletes a narrow queue entry and inserts a narrow
   run row (attempt, lease, runner, beats); a finish fences on that row,
-  deletes it and writes the wide ``jobs`` row once.
+  deletes it and writes the wide ``jobs`` row once. It leaves out what the
+  store's statement also does (the attempts log with the runner's host and
+  pid, the finish's column patches, the limits' counts): with those,
+  ``narrow_rows.sql`` took 0.9x the store's server time, and drained no
+  faster (``drain_ab.py --narrow``, ``HISTORY.md``, 2026-12-03).
 * ``floor``: the statement of ``peer_floor.py`` (``floor_sql.py``: one narrow
   table keyed by a bigint, one queue index, the finishes and the claims two
   plain updates), alone, on rows as wide as nw-jobs' (a 725-byte ``doc`` the
