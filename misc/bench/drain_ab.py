@@ -112,6 +112,8 @@ def main() -> None:
         print(json.dumps(drain(args.side, args.url, args.jobs, args.workers[0], args.narrow)))
         return
     other = "narrow" if args.narrow else "before"
+    if args.narrow and args.before is not None:
+        ap.error("--narrow compares this checkout with the prototype: give no --before")
     if args.narrow:
         args.before = HERE.parents[1]
     elif args.before is None or not (args.before / "nw").is_dir():

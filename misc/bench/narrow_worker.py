@@ -3,9 +3,9 @@
     python -m narrow_worker ARGS...   (the worker's own arguments)
 
 The store's ``claim``, ``finish_many`` and ``finish_many_and_claim`` are
-replaced by the prototype's (``narrow_rows.sql``); ``prepare(url)`` adds its tables to a migrated
-database and queues the jobs already there. Not a store: what a no-op drain
-runs, to measure the shape.
+replaced by the prototype's (``narrow_rows.sql``); ``prepare(url)`` adds its
+tables to a migrated database and queues the jobs already there. Not a
+store: what a no-op drain runs, to measure the shape.
 """
 
 from __future__ import annotations
