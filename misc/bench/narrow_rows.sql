@@ -144,34 +144,3 @@ SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished, r.*
                FROM ins JOIN nw_jobs.jobs j
                  ON j.project_id = %(project_id)s AND j.job_id = ins.job_id) r ON true
  ORDER BY r.n;
-
--- name: finish_many
-WITH p AS (
-  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
-      AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
-           cols jsonb, doc jsonb)
-), fr AS (
-  DELETE FROM nw_jobs.runs r USING p
-   WHERE r.project_id = %(project_id)s AND r.job_id = p.job_id
-     AND r.attempt = coalesce(p.attempt, r.attempt)
-  RETURNING r.*
-), fj AS (
-  UPDATE nw_jobs.jobs j
-     SET attempt = CASE WHEN p.cols ? 'attempt' THEN (p.cols->>'attempt')::integer ELSE fr.attempt END,
-         cancel_requested = CASE WHEN p.cols ? 'cancel_requested' THEN (p.cols->>'cancel_requested')::boolean ELSE j.cancel_requested END,
-         started_at = CASE WHEN p.cols ? 'started_at' THEN (p.cols->>'started_at')::double precision ELSE fr.started_at END,
-         finished_at = CASE WHEN p.cols ? 'finished_at' THEN (p.cols->>'finished_at')::double precision ELSE j.finished_at END,
-         heartbeat_at = CASE WHEN p.cols ? 'heartbeat_at' THEN (p.cols->>'heartbeat_at')::double precision ELSE fr.heartbeat_at END,
-         runner_id = CASE WHEN p.cols ? 'runner_id' THEN p.cols->>'runner_id' ELSE fr.runner_id END,
-         lease = fr.lease,
-         doc = jsonb_set(j.doc, '{attempts}',
-                   coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
-                                 THEN j.doc->'attempts' END, '[]'::jsonb)
-                   || jsonb_build_array(fr.entry)) || p.doc,
-         au_status = p.au_status, au_value = p.value, au_error = p.error,
-         au_completed_at = now(), queue_at = NULL
-    FROM p JOIN fr USING (job_id)
-   WHERE j.project_id = %(project_id)s AND j.job_id = fr.job_id
-  RETURNING j.job_id
-)
-SELECT job_id FROM fj;

@@ -19,6 +19,11 @@ from nw.jobs.stores import postgres
 from nw.jobs.stores.sql import parse_queries
 
 NARROW = parse_queries((Path(__file__).resolve().parent / "narrow_rows.sql").read_text())
+# The finishes alone (a refill that claims nothing): the same finish, without the claim.
+_FINISH = NARROW["finish_many_and_claim"]
+NARROW["finish_many"] = (
+    _FINISH[: _FINISH.index("), blocked AS MATERIALIZED")] + ")\nSELECT job_id FROM fj;"
+)
 
 
 def prepare(url: str) -> None:
