@@ -40,7 +40,9 @@ def one_round(args: argparse.Namespace, peers: list[str], out: Path) -> dict:
     ]  # fmt: skip
     if args.dsn:  # else the harness's own default (WORKER_PEERS_ADMIN_DSN, then its own)
         cmd += ["--dsn", args.dsn]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    ran = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    if ran.returncode:
+        sys.exit(f"peer_rounds.py: the harness exited {ran.returncode} (its errors are above)")
     figures: dict = {}
     for name, got in json.loads(out.read_text())["peers"].items():
         mine = figures[name] = {}
