@@ -37,8 +37,8 @@ in a loop on one connection, in several shapes over 20,000 queued jobs each:
   table keyed by a bigint, one queue index, the finishes and the claims two
   plain updates), alone, on rows as wide as nw-jobs' (a 725-byte ``doc`` the
   statement never touches), and on those with ten more indexes (eleven
-  besides the primary key; ``jobs`` has nine): what the floor's workers would pay for nw-jobs' row width
-  and index count.
+  besides the primary key; ``jobs`` has nine): what the floor's workers
+  would pay for nw-jobs' row width and index count.
 
 It prints the statement's wall time on the client and its execution time on
 the server (``pg_stat_statements`` is not needed: the server's own
