@@ -28,7 +28,6 @@ from nw.project import Project, as_project
 #: The statuses a retry takes: a live job is running, a succeeded one is done.
 RETRYABLE = ("failed", "cancelled")
 #: How long a lost worker stays listed after its last beat (then it is history).
-LOST_KEPT_S = 3600.0
 #: The page size a bulk retry walks the history with.
 _WALK = 500
 
@@ -297,7 +296,7 @@ def workers(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> lis
         beat = float(r["beat_at"])
         who = seen.get(r["runner_id"])
         alive = who is not None and liveness.worker_alive(who, now, config)
-        if not alive and now - beat > LOST_KEPT_S:
+        if not alive and now - beat > liveness.LOST_KEPT_S:
             continue
         jobs = held.get(r["runner_id"], [])
         pid = r.get("pid")
