@@ -152,7 +152,9 @@ def test_a_killed_worker_stays_listed_lost_after_a_reaper_judged_it(project, cfg
     # Given a reaper (as `serve` or another worker runs one) ticking after the kill
     store = shared_store(project, cfg, create=True)
     # (its full passes rare, so its ticks judge the dead as a worker's do after a beat)
-    reaper = Reaper(store, replace(cfg, heartbeat_interval_s=600.0, heartbeat_stale_s=1200.0), lambda _id: False)
+    reaper = Reaper(
+        store, replace(cfg, heartbeat_interval_s=600.0, heartbeat_stale_s=1200.0), lambda _id: False
+    )
 
     def judged_and_listed():
         reaper.tick()  # the tick that finds it dead comes before the read
