@@ -39,8 +39,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from au import ComputationStatus
-
 from nw.errors import InvalidSetting, JobStoreError, NwJobsError
 from nw.jobs import credentials, kinds, outcome
 from nw.jobs.body import Launch
@@ -49,7 +47,7 @@ from nw.jobs.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
-from nw.jobs.stores.base import Refill, settled
+from nw.jobs.stores.base import Refill, settled_error
 from nw.project import Project, as_project
 
 log = logging.getLogger("nw.jobs.worker")
@@ -342,7 +340,8 @@ class Worker:
             self._unreserved.notify_all()
 
     def _launch_safely(self, rt: Runtime, row: JobRow) -> None:
-        """Launch one claimed job; whatever goes wrong fails that job, not the loop."""
+        """Launch one claimed job; whatever goes wrong ends that job (as the
+        outcome policy decides: ``outcome.end_unlaunched``), not the loop."""
         try:
             self._launch(rt, row)
         except Exception as exc:
@@ -353,34 +352,32 @@ class Worker:
             else:
                 message = f"the worker could not launch this job: {type(exc).__name__}: {exc}"
                 log.exception("job %s could not be launched", job_id)
-            # Not waited for here (this may be a committer's thread, launching a
-            # refill): the job keeps a slot until its failure is written.
+            # The job keeps a slot until its end is written. Not decided here:
+            # that reads the job again (a cancel asked since its claim wins), and
+            # this may be a committer's thread, launching a refill.
             with self._lock:
                 self._claiming += 1
+            ending = threading.Thread(
+                target=self._end_unlaunched,
+                args=(rt, row, message),
+                name=f"unlaunched-{str(job_id)[:12]}",
+                daemon=True,
+            )
+            try:
+                ending.start()
+            except RuntimeError:  # no thread to be had (the interpreter is exiting)
+                self._end_unlaunched(rt, row, message)
 
-            def hand_over() -> Future:
-                return rt.store.finish_soon(
-                    job_id,
-                    au_status=ComputationStatus.FAILED,
-                    result=None,
-                    error=message,
-                    fields={
-                        "finished_at": self.config.clock(),
-                        "error": message,
-                        "error_kind": "crashed",
-                        **outcome.closed_attempts(
-                            row.record, ended="failed", at=self.config.clock(), error=message
-                        ),
-                    },
-                    attempt=row.record.get("attempt"),
-                )
-
-            answer = settled(hand_over)  # building the write may raise too
-            written = answer if answer.exception() is not None else answer.result()
-            written.add_done_callback(lambda w: self._launch_failed(w, job_id))
+    def _end_unlaunched(self, rt: Runtime, row: JobRow, message: str) -> None:
+        job_id = row.record.get("job_id")
+        try:
+            written = outcome.end_unlaunched(rt.store, row, message, self.config)
+        except Exception as exc:  # the read, or building the write, failed
+            written = settled_error(exc)
+        written.add_done_callback(lambda w: self._launch_failed(w, job_id))
 
     def _launch_failed(self, written: Future, job_id: str) -> None:
-        """A job that could not be launched: its failure written (or not), its slot free."""
+        """A job that could not be launched: its end written (or not), its slot free."""
         if written.exception() is not None:
             log.error(
                 "job %s: could not record the failed launch", job_id, exc_info=written.exception()
@@ -400,7 +397,8 @@ class Worker:
             fn=fn,
             project=_project_of(rt, self),
             setup=functools.partial(self._with_secrets, rec["kind"], rec.get("params") or {}),
-            retryable=spec.retryable,
+            # the run's policy as recorded when it began, as the reaper reads it too
+            retryable=outcome.RetryPolicy.of(rec, self.config).retryable,
             stopping=self.stopping,
             timeout_s=spec.timeout_s,
             cancel_on_timeout=spec.cancel_on_timeout,
