@@ -40,9 +40,9 @@ from concurrent.futures import Future
 from typing import Any
 
 from nw.errors import InvalidSetting, JobStoreError, NwJobsError
-from nw.jobs import credentials, kinds, outcome
+from nw.jobs import credentials, kinds, outcome, worker_cli
 from nw.jobs.body import Launch
-from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, WORKER_LOG_LEVELS, JobsConfig
+from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
 from nw.jobs.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
@@ -538,70 +538,23 @@ def _load_secrets_provider(path: str) -> SecretsProvider:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nw-jobs worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--project", action="append", default=[], metavar="DIR")
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module that registers kinds (beside the nw.jobs.kinds entry points)",
-    )
-    parser.add_argument("--max-concurrent", type=int, default=None)
-    parser.add_argument("--database-url", default=None)
-    parser.add_argument("--secrets", default=None, metavar="MODULE:CALLABLE")
-    parser.add_argument("--heartbeat-interval", type=float, default=None)
-    parser.add_argument("--heartbeat-stale", type=float, default=None)
-    parser.add_argument("--worker-beat-interval", type=float, default=None, metavar="SECONDS")
-    parser.add_argument(
-        "--worker-stale",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="a worker silent this long while others beat is dead; its jobs are reaped (6)",
-    )
-    parser.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="how long SIGTERM waits for running bodies (default 30)",
-    )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,
-        choices=WORKER_LOG_LEVELS,
-        help="INFO (default) logs one line per job as it ends; DEBUG also its start;"
-        " WARNING only problems",
-    )
-    args = parser.parse_args(argv)
+    """``python -m nw.jobs.worker``: the same arguments as ``nw-jobs worker``."""
+    return serve(worker_cli.build_parser().parse_args(argv))
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run a worker as ``args`` say (``worker_cli``'s namespace), until a signal."""
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     here = os.getcwd()  # --import finds a module in the current folder, as uvicorn does
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)
-    for module in args.imports:
+    for module in args.imports or ():
         try:
             importlib.import_module(module)
         except Exception as exc:
             print(f"nw-jobs worker: cannot import {module!r}: {exc}", file=sys.stderr)
             return 2
-    overrides: dict[str, Any] = {}
-    if args.max_concurrent is not None:
-        overrides["max_concurrent"] = args.max_concurrent
-    if args.database_url:
-        overrides["database_url"] = args.database_url
-    if args.heartbeat_interval is not None:
-        overrides["heartbeat_interval_s"] = args.heartbeat_interval
-    if args.heartbeat_stale is not None:
-        overrides["heartbeat_stale_s"] = args.heartbeat_stale
-    if args.worker_beat_interval is not None:
-        overrides["worker_beat_interval_s"] = args.worker_beat_interval
-    if args.worker_stale is not None:
-        overrides["worker_stale_s"] = args.worker_stale
-    if args.shutdown_grace is not None:
-        overrides["shutdown_grace_s"] = args.shutdown_grace
+    overrides = worker_cli.config_overrides(args)
     # A stop asked for while the worker is being set up (it has announced itself
     # from then on) is kept and honoured once it exists: an exit, not a kill.
     asked_to_stop: list[int] = []
