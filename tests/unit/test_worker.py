@@ -164,9 +164,10 @@ def test_a_job_its_pool_refuses_is_retried_as_its_kind_says_and_frees_its_slot(
     # Then the failed launch spent attempt 1 and the job is queued again, after
     # its backoff, its attempt closed with the error
     back = wait_until(
-        lambda: (j := jobs.get_job(project, job.job_id, config=worker.config)).status
-        == jobs.QUEUED
-        and j,
+        lambda: (
+            (j := jobs.get_job(project, job.job_id, config=worker.config)).status == jobs.QUEUED
+            and j
+        ),
         what="the job its pool refused, queued again",
     )
     assert "cannot schedule" in back.error and back.error_kind == "crashed"
