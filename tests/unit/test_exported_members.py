@@ -97,6 +97,7 @@ def test_all_is_exactly_the_public_surface():
         "wake",
         "web",
         "worker",
+        "worker_cli",
     }
     assert public - submodules - EXPECTED == set()
 
