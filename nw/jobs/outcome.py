@@ -238,7 +238,13 @@ def _decide(
     if cancel_requested:
         return _cancelled(ending)
     if how is Ended.RETURNED:
-        fields = {**ending.fields, "finished_at": ending.at, "error": None, "error_kind": None}
+        fields = {
+            **events.stages_done(record),
+            **ending.fields,
+            "finished_at": ending.at,
+            "error": None,
+            "error_kind": None,
+        }
         return Outcome(ComputationStatus.COMPLETED, fields, note="succeeded")
     if how is Ended.ORPHANED:
         gone = "the process that queued it is gone"
@@ -251,7 +257,7 @@ def _decide(
         )
         return Outcome(
             ComputationStatus.PENDING,
-            {**fields, **events.carry_cost(record)},
+            {**fields, **events.requeue_fields(record)},
             due_at=now,
             note=f"put back in the queue for the next worker ({why})",
         )
@@ -272,7 +278,7 @@ def _decide(
         fields = {"error": message, "error_kind": ERROR_KIND_CRASHED}
         return Outcome(
             ComputationStatus.PENDING,
-            {**fields, **events.carry_cost(record)},
+            {**fields, **events.requeue_fields(record)},
             due_at=now + delay,
             note=f"{'worker lost' if lost else 'crashed'}; retrying as attempt {done + 1}"
             f" in {delay:.1f}s",
