@@ -186,9 +186,18 @@ def decide(
     ended, and its error)."""
     decided = _decide(ending, record, policy, now=now, cancel_requested=cancel_requested, rand=rand)
     word = _ended_word(ending, decided, cancel_requested)
-    error = decided.fields.get("error") or decided.error
+    error = _attempt_error(word, decided.fields.get("error") or decided.error)
     closed = closed_attempts(record, ended=word, at=ending.at, error=error)
     return dataclasses.replace(decided, ended=word, fields={**decided.fields, **closed})
+
+
+def _attempt_error(word: str, error: str | None) -> str | None:
+    """The attempt's error beside the word it ended with: the job's error
+    without a repeat of the word ("worker lost" + "retrying as attempt 2", not
+    "worker lost: worker lost; retrying as attempt 2")."""
+    if error is None or not error.startswith(word):
+        return error
+    return error[len(word) :].lstrip(" ;:") or None
 
 
 def _ended_word(ending: Ending, decided: Outcome, cancel_requested: bool) -> str:
