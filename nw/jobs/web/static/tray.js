@@ -341,8 +341,20 @@ function renderTotals(t) {
   box.replaceChildren(spendLine("spent today", spend.today), spendLine("this week", spend.week), counts);
 }
 
+let totalsLater = null;
+
 async function refreshTotals(force) {
-  if (!force && Date.now() - totalsAt < 5000) return;
+  const wait = totalsAt + 5000 - Date.now();
+  if (!force && wait > 0) {
+    // at most one read in 5 s, but a change meanwhile is shown when they are up
+    if (totalsLater === null) {
+      totalsLater = setTimeout(() => {
+        totalsLater = null;
+        if (currentView === "tray") refreshTotals(false);
+      }, wait);
+    }
+    return;
+  }
   totalsAt = Date.now();
   try {
     renderTotals(await api("api/totals"));
@@ -356,7 +368,8 @@ function render(snap) {
   document.getElementById("projects").textContent = names.join(" · ");
   renderActive(snap.active || []);
   renderRecent(snap.recent || []);
-  const key = (snap.recent || []).map((j) => j.job_id + j.status).join();
+  // the counts by status move when an active job changes state, not only the feed
+  const key = [...(snap.active || []), ...(snap.recent || [])].map((j) => j.job_id + j.status).join();
   if (key !== recentKey) {
     recentKey = key;
     if (currentView === "tray") refreshTotals(false);
@@ -371,7 +384,8 @@ function setConn(state, text) {
 
 function connect() {
   const source = new EventSource("api/summary/events");
-  source.onopen = () => setConn("live", "live");
+  // "live" once the first snapshot is drawn, not when the stream opens: until
+  // then the page says nothing about what is running or finished
   source.onmessage = (event) => {
     setConn("live", "live");
     render(JSON.parse(event.data));
