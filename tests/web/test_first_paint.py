@@ -111,3 +111,37 @@ def test_the_tray_s_counts_follow_jobs_that_start_without_anything_finishing(bro
             )
     finally:
         crawl.stop.set()
+
+
+def fails(project, params):
+    raise RuntimeError("the model timed out after a very long wait at the provider's queue")
+
+
+def test_at_420_px_a_job_s_attempts_show_how_and_why_they_ended_without_scrolling(browser, project):
+    from nw.jobs.web import create_app
+    from tests.web.server import serving
+
+    # Given a failed job, whose one attempt says how and why it ended
+    job = enqueue(project, "fails", {"title": "Narrow"}, dispatch={"fails": fails})
+    wait_until(lambda: get_job(project, job.job_id).is_terminal, what="the job to fail")
+    with serving(create_app([project], poll_interval_s=0.2)) as url:
+        browser.set_window_size(420, 900)
+        browser.get(f"{url}/#job={job.job_id}")
+        cells = wait_until(
+            lambda: browser.find_elements("css selector", "#detail table.attempts td"),
+            what="the attempts' cells",
+        )
+        width = browser.execute_script("return document.documentElement.clientWidth")
+        # Then every cell, "ended" and "why" among them, is inside the window
+        for cell in cells:
+            box = cell.rect
+            assert box["x"] >= 0 and box["x"] + box["width"] <= width, cell.text
+        ended, why = cells[4], cells[5]  # the columns: #, host, pid, started, ended, why
+        assert ended.is_displayed() and "timed out" in why.text
+        # and nothing in the job's view scrolls sideways, the attempts' box included
+        box = browser.find_element("css selector", "#detail table.attempts").find_element(
+            "xpath", ".."
+        )
+        assert browser.execute_script(
+            "return arguments[0].scrollWidth <= arguments[0].clientWidth", box
+        )

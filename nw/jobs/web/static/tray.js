@@ -564,16 +564,20 @@ function attemptsTable(job) {
     return wrap;
   }
   const table = el("table", "attempts");
+  const names = ["#", "host", "pid", "started", "ended", "why"];
   const head = el("tr");
-  for (const h of ["#", "host", "pid", "started", "ended", "why"]) head.append(el("th", "", h));
+  for (const h of names) head.append(el("th", "", h));
   table.append(head);
   for (const a of attempts) {
     const tr = el("tr");
     tr.dataset.ended = a.ended || "";
     const why = [a.ended || (a.ended_at ? "" : "running"), a.error].filter(Boolean).join(": ");
-    for (const v of [a.attempt, a.host || "—", a.pid ?? "—", when(a.started_at), a.ended_at ? when(a.ended_at) : "—", why]) {
-      tr.append(el("td", "", String(v)));
-    }
+    const values = [a.attempt, a.host || "—", a.pid ?? "—", when(a.started_at), a.ended_at ? when(a.ended_at) : "—", why];
+    values.forEach((v, i) => {
+      const td = el("td", "", String(v));
+      td.dataset.label = names[i]; // a narrow screen stacks the cells, each named
+      tr.append(td);
+    });
     table.append(tr);
   }
   wrap.append(table);
