@@ -3,7 +3,7 @@ import renders  # noqa: F401  (registers the film.* kinds)
 import nw
 from nw import jobs
 
-project = nw.Project.init("my-film")
+project = nw.Project.init("budget-film")  # a fresh project: nothing spent yet
 config = jobs.JobsConfig(budget_usd=5.00, actor_budget_usd=0.50)  # pass it to every call
 clip = {"model": "kling", "operation": "image_to_video", "duration_s": 5, "n": 1}
 
