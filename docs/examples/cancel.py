@@ -12,7 +12,7 @@ job = jobs.enqueue(
     {"model": "kling", "operation": "image_to_video", "duration_s": 5, "n": 1},
     dispatch={"film.animate": animate},
 )
-while jobs.get_job(project, job.job_id).progress.stage_index != 1:
+while (jobs.get_job(project, job.job_id).progress.stage_index or 0) < 1:
     time.sleep(0.05)  # wait until "generate" has started
 
 jobs.cancel_job(project, job.job_id)  # from this process or any other
