@@ -171,7 +171,8 @@ def test_who_may_change_a_job(project, cfg, kind):
     # and a client that is no page (curl, a script: neither header)
     open_ = tray_client(project, cfg, None)
     own_origin = {**JSON, "origin": TRAY}
-    for headers in (SAME_ORIGIN, own_origin, JSON):
+    behind_tls = {**JSON, "origin": TRAY.replace("http:", "https:")}  # a proxy's scheme
+    for headers in (SAME_ORIGIN, own_origin, behind_tls, JSON):
         assert open_.post("/api/jobs", content=body, headers=headers).status_code == 202
     # With a token: the bearer header passes from anywhere (no page can know it)
     locked = tray_client(project, cfg, TOKEN)

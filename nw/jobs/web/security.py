@@ -146,7 +146,7 @@ class SameOrigin:
         headers = Headers(scope=scope)
         method = scope["method"].upper()
         vouched = self.token is not None and _token_ok(_bearer(headers), self.token)
-        foreign = None if vouched else _foreign_origin(scope, headers)
+        foreign = None if vouched else _foreign_origin(headers)
         if method not in SAFE_METHODS:
             if foreign:
                 message = f"refused a {method} from another origin ({foreign})"
@@ -166,12 +166,13 @@ class SameOrigin:
         await self.app(scope, receive, send)
 
 
-def _foreign_origin(scope: Scope, headers: Headers) -> str | None:
+def _foreign_origin(headers: Headers) -> str | None:
     """The other origin a browser says the request comes from, or None.
 
     ``Sec-Fetch-Site`` decides when present (``same-origin``, or ``none`` for
-    what the person typed or bookmarked, are ours); else ``Origin``, which
-    must be this server's own scheme and host; neither: not from a page."""
+    what the person typed or bookmarked, are ours); else ``Origin``, whose
+    host and port must be the ``Host`` the request came to; neither: not from
+    a page."""
     site = headers.get("sec-fetch-site")
     if site is not None:
         site = site.strip().lower()
@@ -179,8 +180,9 @@ def _foreign_origin(scope: Scope, headers: Headers) -> str | None:
     origin = headers.get("origin")
     if origin is None:
         return None
-    own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}".lower()
-    return None if origin.strip().lower() == own else f"Origin: {origin.strip()}"
+    # Host and port as the Host header names them (a TLS proxy may change the scheme)
+    host = origin.strip().lower().partition("://")[2]
+    return None if host and host == headers.get("host", "").lower() else f"Origin: {origin.strip()}"
 
 
 class BearerAuth:
