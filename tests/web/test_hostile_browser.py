@@ -71,6 +71,11 @@ class Recorder:
         await self.app(scope, receive, noted)
 
 
+def accepted(recorder: Recorder) -> list[dict]:
+    """The POSTs the tray answered with success."""
+    return [n for n in recorder.seen if n["method"] == "POST" and n["status"] < 400]
+
+
 def attacker_pages(tray: str, queued: str, failed: str) -> dict[str, str]:
     """The attacker's pages by path: one running every fetch, one per form."""
     create = json.dumps({"kind": KIND, "params": {"n": 99}, "approved": True})
@@ -223,8 +228,10 @@ def test_a_page_on_another_port_cannot_drive_the_tray_but_the_tray_can(browser, 
             )
             # with the page's policy intact: nothing it needs was blocked
             assert browser.execute_script("return window.__csp") == []
-            own = [n for n in recorder.seen if n["method"] == "POST" and n["status"] < 400]
-            assert len(own) == 2 and all(n["site"] == "same-origin" for n in own), own
+            # (the answer is noted after the store was written: wait for the second)
+            wait_until(lambda: len(accepted(recorder)) == 2, what="the tray's POSTs")
+            own = accepted(recorder)
+            assert all(n["site"] == "same-origin" for n in own), own
     finally:
         unregister_kind(KIND)
 
