@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs import eta, ids, kinds, limits, liveness, recovery
+from nw.jobs import budgets, eta, ids, kinds, limits, liveness, recovery
 from nw.jobs.checks import _could_name_a_job
 from nw.jobs.costing import Quote, quote_for
 from nw.jobs.handles import ProjectLike, _reader
@@ -97,6 +97,16 @@ def retry_jobs(
             has_unknown_costs=unknown,
         )
         whole.gate(store, approved=approved, config=config)
+    budgets.gate_stored(  # the stored policy over the batch first: refused whole
+        store,
+        [quote for _, quote in runs],
+        [budgets.who_of(record.get("actor"), str(record["kind"])) for record, _ in runs],
+        budgets.policy_of(store),
+        approved=approved,
+        config=config,
+        now=config.clock(),
+        names=[f"job {record['job_id']}" for record, _ in runs],
+    )
     return [
         _create(store, record, quote, approved=approved, config=config) for record, quote in runs
     ]
@@ -188,6 +198,10 @@ def _create(
             quote.gate(store, approved=approved, config=config, job_id=job_id)
             quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
 
+    kind = str(record.get("kind"))  # the stored spend policy, in the same admit
+    admit = budgets.admit_one(
+        admit, store, quote, who, kind, approved=approved, config=config, now=now
+    )
     # A concurrent retry that got there first is returned as it is (live).
     row, _ = store.create(record, claimable=True, admit=admit)
     return to_job(row, config.clock(), config)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nw.errors import InvalidType
-from nw.jobs import costing, ids
+from nw.jobs import accuracy, budgets, costing, ids
 from nw.jobs.costing import quote_for
 from nw.jobs.handles import ProjectLike, _reader
 from nw.jobs.model import (
@@ -33,15 +33,31 @@ def estimate(
     reported, never used). A plan that cannot be read gives
     ``estimated_usd: None`` and ``reason: UNREADABLE_PLAN_REASON`` (the error
     goes to the log). Without a plan the estimate is ``params["estimated_usd"]``
-    and ``quote`` is None. Unknown cost always requires approval. Raises
+    and ``quote`` is None. Unknown cost always requires approval.
+
+    Beside them: ``approval_mode`` (``advisory`` or ``required``, the stored
+    approval policy, whose threshold, when stored, is the one used), and
+    ``accuracy``: the kind's recent quote-against-bill figure
+    (``{jobs, median_ratio, over_usd, warning}``, ``warning`` a sentence when
+    recent actuals ran more than 20% above their quotes; None without
+    enough history). The quote itself is never adjusted. Raises
     ``InvalidValue`` (a ``ValueError``) on malformed ``units``, like ``enqueue``.
     """
     if not isinstance(params, Mapping):
         raise InvalidType(f"params must be a dict, not {type(params).__name__}")
     ids.check_json_params({k: v for k, v in params.items() if k != "plan"})
     ids.check_units(params)
-    quote = quote_for(as_project(project), kind, dict(params), config, for_estimate=True)
-    return quote.as_estimate(config)
+    proj = as_project(project)
+    quote = quote_for(proj, kind, dict(params), config, for_estimate=True)
+    out = quote.as_estimate(config)
+    store, _ = _reader(proj, config)  # the stored policy and the kind's recent bills
+    policy = budgets.policy_of(store)
+    threshold = policy.threshold(config)
+    needs = policy.requires_approval(quote.estimated_usd, config)
+    out.update(approval_threshold_usd=threshold, requires_approval=needs)
+    out["approval_mode"] = policy.mode
+    out["accuracy"] = accuracy.drift_of(store, kind, config.clock())
+    return out
 
 
 def spend(
