@@ -29,6 +29,8 @@ from nw.project import Project, as_project
 RETRYABLE = ("failed", "cancelled")
 #: How long a lost worker stays listed after its last beat (then it is history).
 LOST_KEPT_S = 3600.0
+#: The "by actor" row of the jobs enqueued without an actor.
+NO_ACTOR = "(no actor)"
 #: The page size a bulk retry walks the history with.
 _WALK = 500
 
@@ -278,8 +280,8 @@ def _spend(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in rows:
         usd = float(r["usd"] or 0.0)
         by_kind[r["kind"]] = round(by_kind.get(r["kind"], 0.0) + usd, 6)
-        if r["actor_id"]:
-            by_actor[r["actor_id"]] = round(by_actor.get(r["actor_id"], 0.0) + usd, 6)
+        actor = r["actor_id"] or NO_ACTOR  # so the rows add up to the total
+        by_actor[actor] = round(by_actor.get(actor, 0.0) + usd, 6)
     return {
         "usd": round(sum(float(r["usd"] or 0.0) for r in rows), 6),
         "lower_bound": any(r["lower_bound"] for r in rows),

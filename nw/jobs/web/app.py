@@ -30,6 +30,7 @@ from nw.jobs import facade
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.reaper import ReaperThread
 from nw.jobs.web import (
+    routes_budgets,
     routes_console,
     routes_jobs,
     routes_metrics,
@@ -52,6 +53,7 @@ ROUTES = [
     *routes_jobs.routes,
     *routes_summary.routes,
     *routes_metrics.routes,
+    *routes_budgets.routes,
 ]
 
 
