@@ -104,12 +104,15 @@ NO_POLICY = Policy()
 
 def policy_of(store: Any) -> Policy:
     """The policy kept in ``store`` (``NO_POLICY`` without a store)."""
-    if store is None or not hasattr(store, "budgets"):
+    if store is None or not hasattr(store, "policy_rows"):
         return NO_POLICY
+    rows = store.policy_rows()  # one read: every enqueue pays it
     found = tuple(
-        Budget(float(r["usd"]), r["per"], r["actor_id"], r["kind"]) for r in store.budgets()
+        Budget(float(r["usd"]), r["per"], r["actor_id"], r["kind"])
+        for r in rows
+        if r["what"] == "budget"
     )
-    approval = store.approval()
+    approval = next((r for r in rows if r["what"] == "approval"), None)
     if approval is None:
         return Policy(found)
     threshold = approval["threshold_usd"]

@@ -1048,6 +1048,9 @@ class PostgresJobStore(JobStore):
         args = {"key": key, "usd": usd, "per": per, "actor_id": actor_id, "kind": kind}
         self._exec("delete_budget" if usd is None else "set_budget", {**args, "now": now})
 
+    def policy_rows(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._read("policy", {})]
+
     def approval(self) -> dict[str, Any] | None:
         rows = self._read("approval", {})
         return dict(rows[0]) if rows else None

@@ -860,6 +860,11 @@ class SqliteJobStore(JobStore):
         with self._cursor(write=True) as c:
             c.execute(Q["delete_budget" if usd is None else "set_budget"], {**args, "now": now})
 
+    def policy_rows(self) -> list[dict[str, Any]]:
+        with self._cursor() as c:
+            rows = c.execute(Q["policy"]).fetchall() if self._has_policy(c) else []
+        return [dict(r) for r in rows]
+
     def approval(self) -> dict[str, Any] | None:
         with self._cursor() as c:
             r = c.execute(Q["approval"]).fetchone() if self._has_policy(c) else None

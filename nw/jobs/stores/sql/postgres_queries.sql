@@ -1167,3 +1167,13 @@ SELECT kind, finished_at,
    AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
  ORDER BY finished_at DESC
  LIMIT %(limit)s;
+
+-- name: policy
+-- The whole spend policy in one round trip (every enqueue reads it): a row
+-- per budget, then the approval row if there is one.
+SELECT 'budget' AS what, budget_key, usd, per, actor_id, kind,
+       NULL::double precision AS threshold_usd, NULL::text AS mode
+  FROM nw_jobs.budgets
+UNION ALL
+SELECT 'approval', NULL, NULL, NULL, NULL, NULL, threshold_usd, mode
+  FROM nw_jobs.approval WHERE one = 1;

@@ -626,3 +626,12 @@ SELECT kind, finished_at,
    AND (:kind IS NULL OR kind = :kind)
  ORDER BY finished_at DESC
  LIMIT :limit;
+
+-- name: policy
+-- The whole spend policy in one read: a row per budget, then the approval row.
+SELECT 'budget' AS what, budget_key, usd, per, actor_id, kind,
+       NULL AS threshold_usd, NULL AS mode
+  FROM budgets
+UNION ALL
+SELECT 'approval', NULL, NULL, NULL, NULL, NULL, threshold_usd, mode
+  FROM approval WHERE one = 1;
