@@ -402,8 +402,10 @@ def enqueue_many(
         if not made and _dead_duplicate(store, row, rt, config)
     ]
     if again:
+        # admit's positions are the batch's: map the redo's back to them
+        readmit = None if admit is None else (lambda ps, f=admit: f([again[p] for p in ps]))
         redo = store.create_many(
-            [records[k] for k in again], claimable=[claimable[k] for k in again], admit=admit
+            [records[k] for k in again], claimable=[claimable[k] for k in again], admit=readmit
         )
         for k, pair in zip(again, redo, strict=True):
             results[k] = pair

@@ -84,3 +84,19 @@ def test_spend_accuracy_shows_quotes_against_bills(project):
     )
     (row,) = json.loads(as_json.stdout)
     assert row["model"] == "(unknown model)" and row["jobs"] == 2
+
+
+def test_estimate_notes_when_recent_bills_ran_over_their_quotes(project):
+    for n in range(3):
+        job = jobs.enqueue(
+            project,
+            "t.noop",
+            {"estimated_usd": 1.0, "bill": 1.5, "n": n},
+            dispatch={"t.noop": billed},
+        )
+        wait_until(lambda j=job: jobs.get_job(project, j.job_id).is_terminal)
+    where = ("--project", str(project.root), "--import", "tests.fixtures.bodies")
+    shown = nw_jobs("estimate", "t.noop", "--params", '{"estimated_usd": 1}', *where)
+    assert shown.returncode == 0, shown.stderr
+    assert "estimated cost $1.00" in shown.stdout  # the quote stands
+    assert "note: recent t.noop jobs were billed 50% above their quotes" in shown.stdout
