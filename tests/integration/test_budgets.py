@@ -412,3 +412,31 @@ def test_cost_accuracy_compares_quotes_with_bills_per_kind_and_model(project, cf
     assert fine["accuracy"] is None  # too few runs to say anything
     with pytest.raises(jobs.InvalidInput, match="by"):
         jobs.cost_accuracy(project, by="actor", config=cfg)
+
+
+def test_an_embedded_file_of_schema_4_gains_the_policy_tables_when_opened(tmp_path):
+    import sqlite3
+
+    from nw.jobs.stores.sqlite import SCHEMA_VERSION, SqliteJobStore
+
+    # Given a file as version 4 left it (no budgets, no approval)
+    path = tmp_path / "jobs.sqlite3"
+    SqliteJobStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.executescript("DROP TABLE budgets; DROP TABLE approval; PRAGMA user_version = 4;")
+    conn.close()
+    # Then a read-only handle reads no policy from it, and writes nothing
+    reader = SqliteJobStore(path, read_only=True)
+    try:
+        assert reader.policy_rows() == [] and reader.budgets() == []
+        assert reader.approval() is None
+    finally:
+        reader.close()
+    # And a writable handle upgrades it in place, where a budget can be kept
+    store = SqliteJobStore(path)
+    try:
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        store.set_budget("all", usd=1.0, per=None, actor_id=None, kind=None, now=1.0)
+        assert [r["budget_key"] for r in store.budgets()] == ["all"]
+    finally:
+        store.close()
