@@ -75,14 +75,23 @@ def spend(
     jobs plus the estimates of live ones. ``is_lower_bound`` is True when a
     finished job's actual is a lower bound or was never reported, or a live
     job's estimate is unknown: the real total may be higher (and
-    ``remaining_usd`` lower)."""
+    ``remaining_usd`` lower). ``budgets``: the stored budgets that count it,
+    each as ``list_budgets`` shows it (spent of cap in its own window)."""
     store, _ = _reader(as_project(project), config)
     if actor is None:
         totals = store.spend() if store is not None else costing.NO_SPEND
-        return costing.spend_view(totals, config)
+        return {**costing.spend_view(totals, config), "budgets": _stored(project, None, config)}
     if not isinstance(actor, str) or not actor:
         raise InvalidType("actor must be a non-empty id string")
     since = config.clock() - config.actor_budget_window_s
     totals = store.spend(actor_id=actor, since=since) if store is not None else costing.NO_SPEND
     view = costing.spend_view(totals, config, cap=config.actor_budget_usd)
-    return {**view, "actor": actor, "window_s": config.actor_budget_window_s}
+    stored = _stored(project, actor, config)
+    return {**view, "actor": actor, "window_s": config.actor_budget_window_s, "budgets": stored}
+
+
+def _stored(project: ProjectLike, actor: str | None, config: JobsConfig) -> list[dict[str, Any]]:
+    """The stored budgets that count this spend (``budgets.list_budgets``): all
+    of them, or those over every actor or this one."""
+    rows = budgets.list_budgets(project, config=config)
+    return rows if actor is None else [b for b in rows if b["actor"] in (None, actor)]

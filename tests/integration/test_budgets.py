@@ -171,6 +171,9 @@ def test_per_actor_and_per_kind_budgets_count_only_their_own_jobs(project, pcfg,
     jobs.enqueue(
         project, other, {"estimated_usd": 0.6}, actor=bob, dispatch={other: _fails}, config=pcfg
     )
+    mine = jobs.spend(project, actor=ann, config=pcfg)["budgets"]
+    assert [b["key"] for b in mine] == [f"actor={ann}"]  # not bob's
+    assert len(jobs.spend(project, config=pcfg)["budgets"]) == 2
     shown = {b["key"]: b for b in jobs.list_budgets(project, config=pcfg)}
     assert shown[f"actor={ann}"]["spent_usd"] == pytest.approx(0.6)
     assert shown[f"actor={bob},kind={kind}/month"]["remaining_usd"] == pytest.approx(0.4)

@@ -491,6 +491,7 @@ def test_spend_of_a_project_that_never_ran_a_job_is_zero_and_writes_nothing(proj
         "is_lower_bound": False,
         "budget_usd": 2.0,
         "remaining_usd": 2.0,
+        "budgets": [],
     }
     assert not db_path(project).exists()
 

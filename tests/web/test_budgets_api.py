@@ -49,7 +49,7 @@ def test_post_is_refused_past_a_stored_budget_and_names_it(project, client, kind
     assert over.status_code == 402
     body = over.json()
     assert f"budget 'kind={kind}/week' $1.00" in body["error"] and "$0.60" in body["error"]
-    assert body["needs_approval"] is False
+    assert body["needs_approval"] is False and body["budget"] == f"kind={kind}/week"
     batch = [{"kind": kind, "params": {"estimated_usd": 0.2, "n": n}} for n in range(3)]
     assert client.post("/api/jobs", json=batch).status_code == 402  # the batch as a whole
     assert len(client.get("/api/jobs").json()["jobs"]) == 1
