@@ -249,7 +249,8 @@ def run_attempt(
     )
     if error is not None and ending.error_kind == ERROR_KIND_CRASHED:
         if isinstance(error, Exception):
-            log.error("job %s crashed: %s (%s)", job_id, ending.message, decided.note)
+            extra = "" if decided.note == ending.message else f" ({decided.note})"
+            log.error("job %s crashed: %s%s", job_id, ending.message, extra)
         elif set_up:
             log.warning("job %s body raised %s", job_id, type(error).__name__)
         else:
@@ -305,10 +306,7 @@ def _ending(
     return outcome.Ending(how, now, error_kind=kind, message=message, fields=fields)
 
 
-_PER_ATTEMPT = (
-    "error", "error_kind", "error_detail", "stage_index", "stage_count", "current_transform",
-    "fraction", "progress_at", "pct_floor", "overdue_at",
-)  # fmt: skip
+_PER_ATTEMPT = ("error", "error_kind", "error_detail", *events.PROGRESS_FIELDS)
 
 
 def _fresh_attempt(store: JobStore, row: JobRow) -> JobRow:

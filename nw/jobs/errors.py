@@ -61,8 +61,9 @@ __all__ = [
 def error_kind_of(error: BaseException) -> str:
     """``refused`` | ``cancelled`` | ``crashed`` for an exception a job raised.
 
-    >>> [error_kind_of(e) for e in (JobRefused("no song"), JobCancelled(), ValueError())]
-    ['refused', 'cancelled', 'crashed']
+    Examples:
+        >>> [error_kind_of(e) for e in (JobRefused("no song"), JobCancelled(), ValueError())]
+        ['refused', 'cancelled', 'crashed']
     """
     if isinstance(error, JobRefused):
         return ERROR_KIND_REFUSED

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from au import ComputationStatus
 
@@ -39,8 +41,31 @@ def test_a_retried_crash_is_due_after_its_backoff_not_at_once():
 def test_the_policy_takes_its_backoff_from_the_config_and_its_budget_from_the_record():
     policy = RetryPolicy.of({"retryable": True, "max_attempts": 4}, JobsConfig(retry_backoff_s=0.5))
     assert policy == RetryPolicy(retryable=True, max_attempts=4, backoff_s=0.5)
-    # a worker's kind registration overrides the record's flag
+    # a launch that says so overrides the record's flag
     assert not RetryPolicy.of({"retryable": True}, JobsConfig(), retryable=False).retryable
+
+
+def spec(retryable=False, max_attempts=None):
+    return SimpleNamespace(retryable=retryable, max_attempts=max_attempts)
+
+
+@pytest.mark.parametrize(
+    ("registered", "record", "policy"),
+    [
+        (spec(True, 4), None, (True, 4)),  # the kind's own budget
+        (spec(True), None, (True, 3)),  # a retryable kind without one: the config's
+        (spec(False), None, (False, 1)),  # not retried: one attempt, whatever the config
+        (None, None, (False, 1)),  # an in-process body, or no registration at all
+        (None, {"retryable": True, "max_attempts": 5}, (True, 5)),  # what the run was given
+        (spec(True, 2), {"retryable": False, "max_attempts": 1}, (True, 2)),  # registered wins
+    ],
+)
+def test_a_new_run_resolves_its_policy_from_the_kind_else_from_the_earlier_run(
+    registered, record, policy
+):
+    config = JobsConfig(max_attempts=3, retry_backoff_s=0.5)
+    resolved = RetryPolicy.resolve(registered, config, record=record)
+    assert (resolved.retryable, resolved.max_attempts) == policy and resolved.backoff_s == 0.5
 
 
 # ----- a body's endings ---------------------------------------------------------------
@@ -197,6 +222,36 @@ def test_a_job_queued_by_a_process_that_is_gone_fails_saying_it_never_ran():
     assert out.fields["error"].startswith(f"{REAPED_REASON} before it started")
 
 
+# ----- a launch that failed ----------------------------------------------------------
+def unlaunched(message="kind 'k' is registered to 'gone:f', which does not import"):
+    return Ending(Ended.UNLAUNCHED, NOW, error_kind="crashed", message=message)
+
+
+def test_a_failed_launch_of_a_kind_not_retried_fails_as_a_crash_with_its_reason():
+    out = decide(unlaunched(), rec(), NEVER, now=NOW, cancel_requested=False)
+    assert out.au_status is ComputationStatus.FAILED and not out.requeued
+    assert out.fields["error_kind"] == "crashed" and "'gone:f'" in out.fields["error"]
+    assert out.error == out.fields["error"] and out.fields["finished_at"] == NOW
+
+
+def test_a_failed_launch_spends_its_attempt_and_is_retried_after_the_backoff():
+    record = rec(attempt=3, base=1)  # the run's 2nd attempt of 3
+    out = decide(unlaunched(), record, RETRY3, now=NOW, cancel_requested=False, rand=lambda: 0)
+    assert out.requeued and out.due_at == NOW + backoff_delay(2, 2.0, 0.0)
+    assert "attempt_base" not in out.fields  # spent, not given back as a stop's is
+    assert out.fields["error_kind"] == "crashed" and "'gone:f'" in out.fields["error"]
+    last = decide(unlaunched(), rec(attempt=4, base=1), RETRY3, now=NOW, cancel_requested=False)
+    assert last.au_status is ComputationStatus.FAILED  # the 3rd attempt was the last
+
+
+def test_a_failed_launch_after_a_cancel_request_is_cancelled_and_says_both():
+    out = decide(unlaunched(), rec(), RETRY3, now=NOW, cancel_requested=True)
+    assert out.au_status is ComputationStatus.CANCELLED and not out.requeued
+    assert out.fields["error_kind"] == "cancelled"
+    assert out.fields["error"].startswith("cancelled on request before it started")
+    assert "'gone:f'" in out.fields["error"] and out.ended == "cancelled"
+
+
 # ----- the attempt's entry in Job.attempts --------------------------------------------
 def _open(lease=1):
     return {
@@ -221,6 +276,9 @@ def _open(lease=1):
         (Ending(Ended.STOPPED, NOW), RETRY3, False, "stopped"),
         (Ending(Ended.UNSTARTED, NOW), NEVER, False, "not started"),
         (Ending(Ended.UNSTARTED, NOW), RETRY3, True, "cancelled"),
+        (unlaunched(), NEVER, False, "failed"),
+        (unlaunched(), RETRY3, False, "requeued"),
+        (unlaunched(), RETRY3, True, "cancelled"),
         (Ending(Ended.LOST, NOW - 2), RETRY3, False, "worker lost"),
         (Ending(Ended.LOST, NOW - 2), NEVER, True, "worker lost"),
     ],
@@ -230,15 +288,69 @@ def test_the_outcome_closes_the_attempt_saying_why_it_ended(ending, policy, canc
     out = decide(ending, record, policy, now=NOW, cancel_requested=cancel, rand=lambda: 0)
     first, last = out.fields["attempts"]
     assert first == record["attempts"][0]  # earlier attempts are left as they were
-    assert last == {
-        **_open(),
-        "ended": word,
-        "ended_at": ending.at,
-        "error": out.fields.get("error") or out.error,
-    }
+    error = out.fields.get("error") or out.error
+    if error is not None and error.startswith(word):  # not the word twice
+        error = error[len(word) :].lstrip(" ;:") or None
+    assert last == {**_open(), "ended": word, "ended_at": ending.at, "error": error}
+
+
+def test_a_lost_attempt_s_error_does_not_repeat_how_it_ended():
+    record = rec(attempts=[_open()])
+    out = decide(Ending(Ended.LOST, NOW - 2), record, RETRY3, now=NOW, cancel_requested=False)
+    assert out.fields["error"] == "worker lost; retrying as attempt 2"  # the job's
+    (closed,) = out.fields["attempts"]
+    assert (closed["ended"], closed["error"]) == ("worker lost", "retrying as attempt 2")
 
 
 def test_no_entry_is_closed_that_is_not_the_current_attempts():
     stale = rec(attempt=2, attempts=[_open(lease=1)])  # its claim was not recorded
     assert "attempts" not in decide(crash(), stale, NEVER, now=NOW, cancel_requested=False).fields
     assert "attempts" not in decide(crash(), rec(), NEVER, now=NOW, cancel_requested=False).fields
+
+
+# ----- what a requeued or finished job's progress reads ------------------------------
+def test_a_requeued_job_reads_its_progress_from_zero_and_keeps_what_it_spent():
+    # Given an attempt lost at "download", 3 of 4 stages done, having spent $0.40
+    lost_at = rec(
+        attempt=1, stage_index=3, stage_count=4, current_transform="download", fraction=0.5,
+        pct_floor=70.0, actual_usd=0.4,
+    )  # fmt: skip
+    out = decide(
+        Ending(Ended.LOST, LAST_BEAT), lost_at, RETRY3, now=NOW, cancel_requested=False,
+        rand=lambda: 0,
+    )  # fmt: skip
+    # Then the queued job says nothing of that attempt's stages, and its spend is carried
+    assert out.requeued
+    for name in ("stage_index", "stage_count", "current_transform", "fraction", "pct_floor"):
+        assert name in out.fields and out.fields[name] is None
+    assert out.fields["prior_actual_usd"] == 0.4 and out.fields["actual_usd"] is None
+
+
+def test_a_success_reads_every_declared_stage_done():
+    # Given a body that began its 4th and last stage (index 3) and returned
+    ran = rec(attempt=1, stage_index=3, stage_count=4, current_transform="download")
+    out = decide(Ending(Ended.RETURNED, NOW), ran, RETRY3, now=NOW, cancel_requested=False)
+    assert out.fields["stage_index"] == 4  # "4 of 4 done", not "3 of 4"
+    # and a body that declared no stages gets none
+    plain = decide(Ending(Ended.RETURNED, NOW), rec(), RETRY3, now=NOW, cancel_requested=False)
+    assert "stage_index" not in plain.fields
+
+
+def test_a_requeued_job_s_queue_wait_counts_from_its_requeue_not_its_creation():
+    from nw.jobs.records import JobRow, to_job
+
+    # Given a job created at T, whose first attempt ran 10 s and was lost at T+11,
+    # and whose second attempt started at T+14
+    t = NOW - 60
+    record = rec(
+        attempt=2, created_at=t, started_at=t + 14,
+        attempts=[
+            {"attempt": 1, "lease": 1, "started_at": t + 1, "ended_at": t + 11, "ended": "lost"},
+            {"attempt": 2, "lease": 2, "started_at": t + 14},
+        ],
+    )  # fmt: skip
+    job = to_job(JobRow(record, "running"), NOW, JobsConfig())
+    assert job.queue_wait_s == 3.0  # not 14: the first run is not waiting
+    # and a job that never ran waited since its creation
+    fresh = to_job(JobRow(rec(created_at=t, started_at=t + 2), "running"), NOW, JobsConfig())
+    assert fresh.queue_wait_s == 2.0
