@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from nw.cli import budget
 from nw.cli.common import (
     PROJECT_ENV,
     TOKEN_ENV,
@@ -146,7 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="import MODULE first (it registers kinds)",
     )
 
-    add("spend", cmd_spend, "spend today and this week by kind and actor; counts", [one, as_json])
+    p = add(
+        "spend", cmd_spend, "spend today and this week by kind and actor; counts", [one, as_json]
+    )
+    budget.add_accuracy_options(p, cmd_spend)
+    budget.add_parsers(add, [one, as_json])
 
     add("workers", cmd_workers, "the workers announced for this project", [one, as_json])
 

@@ -10,6 +10,7 @@ how it ended. See ``nw.errors`` for the whole tree.
 from __future__ import annotations
 
 from nw.errors import (
+    ApprovalRequired,
     BudgetExceeded,
     ConfigError,
     InvalidInput,
@@ -33,6 +34,7 @@ from nw.errors import (
 from nw.jobs.model import ERROR_KIND_CANCELLED, ERROR_KIND_CRASHED, ERROR_KIND_REFUSED
 
 __all__ = [
+    "ApprovalRequired",
     "BudgetExceeded",
     "ConfigError",
     "InvalidInput",

@@ -187,9 +187,9 @@ def test_cancel_of_a_finished_job_leaves_it_alone(client, done_job):
 
 
 # ----- GET /api/estimate -------------------------------------------------------------------
-def test_estimate_quotes_without_writing(client, project):
+def test_estimate_quotes_without_writing(client, project, registered_kind):
     params = json.dumps({"estimated_usd": 0.5})
-    response = client.get("/api/estimate", params={"kind": "panel.render", "params": params})
+    response = client.get("/api/estimate", params={"kind": registered_kind, "params": params})
     assert response.status_code == 200
     body = response.json()
     assert body["estimated_usd"] == 0.5

@@ -93,6 +93,9 @@ class JobStore(ABC):
     limit_scope: str = "project"
     """Who shares this store's limits: the project's workers, or (PostgreSQL)
     every project in the ``database``."""
+    budget_scope: str = "project"
+    """Whose spend a stored budget counts: the project's, or (PostgreSQL) every
+    project's in the ``database`` (see nw/jobs/budgets.py)."""
     refill: Refill | None = None
     """Set by a worker; a store that cannot fold claims into its finishes
     (the embedded store: a claim there is no round trip) ignores it."""

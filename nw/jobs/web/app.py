@@ -34,6 +34,7 @@ from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.reaper import ReaperThread
 from nw.jobs.stores.base import JobStore
 from nw.jobs.web import (
+    routes_budgets,
     routes_console,
     routes_jobs,
     routes_metrics,
@@ -66,6 +67,7 @@ ROUTES = [
     *routes_jobs.routes,
     *routes_summary.routes,
     *routes_metrics.routes,
+    *routes_budgets.routes,
 ]
 
 

@@ -51,7 +51,9 @@ async def on_invalid_input(request: Request, exc: Exception) -> Response:
 
 async def on_budget_exceeded(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, BudgetExceeded)  # the cost gate said no; nothing was written
-    return JSONResponse({"error": str(exc), "needs_approval": exc.needs_approval}, status_code=402)
+    body = {"error": str(exc), "needs_approval": exc.needs_approval}
+    body["budget"] = getattr(exc, "budget", None)  # the stored budget that refused, if one
+    return JSONResponse(body, status_code=402)
 
 
 async def on_store_error(request: Request, exc: Exception) -> Response:

@@ -38,7 +38,13 @@ def estimate(request: Request) -> JSONResponse:
         raise HTTPException(400, "kind is required")
     params = json_object(request.query_params.get("params") or "{}", "params")
     project = state.projects(request).one(request.query_params.get("project"))
-    return JSONResponse(facade.estimate(project, kind, params, config=state.config(request)))
+    quoted = facade.estimate(project, kind, params, config=state.config(request))
+    from nw.jobs.kinds import kind_spec, registered_kinds
+
+    if kind_spec(kind) is None:  # as the CLI's estimate: only a kind this server can start
+        known = ", ".join(registered_kinds()) or "none"
+        raise HTTPException(400, f"unknown kind {kind!r}; known kinds: {known}")
+    return JSONResponse(quoted)
 
 
 async def create_job(request: Request) -> JSONResponse:

@@ -361,6 +361,7 @@ async function refreshTotals(force) {
   totalsAt = Date.now();
   try {
     renderTotals(await api("api/totals"));
+    refreshBudgets();
   } catch (err) {
     document.getElementById("totals").replaceChildren(el("p", "empty", `totals: ${err.message}`));
   }
@@ -898,3 +899,37 @@ function setup() {
 }
 
 setup();
+
+// ----- budgets (GET /api/budgets): each stored budget as spent of cap ------------
+function budgetRow(project, b, many) {
+  const row = el("div", "budget");
+  row.dataset.key = b.key;
+  const spent = `${b.is_lower_bound ? "≥ " : ""}${usd(b.spent_usd || 0)}`;
+  const window = b.per ? `per ${b.per} (UTC)` : "all time";
+  const name = el("span", "what", many ? `${project.title || project.name}: ${b.key}` : b.key);
+  const figure = el("b", "usd", `${spent} of ${usd(b.usd)}`);
+  const bar = el("span", "meter");
+  const fill = el("span", "fill");
+  const share = b.usd > 0 ? Math.min(1, (b.spent_usd || 0) / b.usd) : 1;
+  fill.style.width = `${Math.round(share * 100)}%`;
+  bar.append(fill);
+  row.classList.toggle("full", (b.remaining_usd || 0) <= 0);
+  row.append(name, figure, bar, el("span", "by", `${window} · ${usd(Math.max(b.remaining_usd || 0, 0))} left`));
+  return row;
+}
+
+async function refreshBudgets() {
+  const box = document.getElementById("budgets");
+  if (!box) return;
+  try {
+    const data = await api("api/budgets");
+    const projects = data.projects || [];
+    const rows = [];
+    for (const p of projects) for (const b of p.budgets || []) rows.push(budgetRow(p, b, projects.length > 1));
+    box.hidden = rows.length === 0;
+    box.replaceChildren(el("h2", null, "Budgets"), ...rows);
+  } catch (err) {
+    box.hidden = false;
+    box.replaceChildren(el("p", "empty", `budgets: ${err.message}`));
+  }
+}
