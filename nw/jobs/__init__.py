@@ -115,5 +115,7 @@ __all__ = [
     "summarize",
     "to_dict",
     "totals",
+    "wait",
+    "watch",
     "workers",
 ]

@@ -56,6 +56,8 @@ EXPECTED = {
     "summarize",
     "to_dict",
     "totals",
+    "wait",
+    "watch",
     "workers",
 }
 
@@ -64,6 +66,7 @@ def test_all_is_exactly_the_public_surface():
     assert set(nw.jobs.__all__) == EXPECTED
     public = {n for n in dir(nw.jobs) if not n.startswith("_")}
     submodules = {
+        "aio",
         "body",
         "checks",
         "console",
@@ -93,6 +96,7 @@ def test_all_is_exactly_the_public_surface():
         "spending",
         "status",
         "stores",
+        "waiting",
         "waits",
         "wake",
         "web",
