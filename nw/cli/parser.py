@@ -194,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_positive_int, default=8765, help="port (8765)")
     p.add_argument("--token", help=f"require this bearer token (default: ${TOKEN_ENV})")
     p.add_argument(
+        "--allow-network-without-token",
+        action="store_true",
+        help="serve a non-loopback --host with no token (anyone who reaches it can run jobs)",
+    )
+    p.add_argument(
         "--import",
         dest="imports",
         action="append",

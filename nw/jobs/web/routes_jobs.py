@@ -10,12 +10,12 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from nw.jobs import facade, kinds
 from nw.jobs.web import state, streams
-from nw.jobs.web.inputs import json_array, json_object
+from nw.jobs.web.inputs import body_text, json_array, json_object
 
 
 def get_job(request: Request) -> JSONResponse:
@@ -47,7 +47,7 @@ async def create_job(request: Request) -> JSONResponse:
     A JSON array of such bodies (without ``project``/``approved``, which are
     then query parameters) is one ``enqueue_many``: all or nothing, answered
     ``{"jobs": [...]}`` in order; a bad element is a 400 naming it (``item N``)."""
-    text = (await request.body()).decode("utf-8", "replace")
+    text = await body_text(request)
     if text.lstrip().startswith("["):
         return await _create_many(request, text)
     body = json_object(text, "the body")
@@ -119,7 +119,7 @@ def _enqueue_request(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return kind, params
 
 
-async def job_events(request: Request) -> StreamingResponse:
+async def job_events(request: Request) -> Response:
     """The job's ``to_dict`` on each change, until it ends (one reader per job,
     however many pages watch it)."""
     job_id = request.path_params["job_id"]

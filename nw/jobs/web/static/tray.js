@@ -229,7 +229,10 @@ async function cancel(job, button) {
   button.disabled = true;
   button.textContent = "Cancelling…";
   try {
-    await api(`api/jobs/${job.job_id}/cancel`, { method: "POST" });
+    await api(`api/jobs/${job.job_id}/cancel`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+    });
   } catch (err) {
     button.disabled = false;
     button.textContent = "Cancel";
