@@ -5,7 +5,7 @@ write to the folder is a commit by some process (a worker, another app, this
 one). ``watchdog`` asks the OS to report it (inotify on Linux, FSEvents or
 kqueue elsewhere): a waiter sleeps until then instead of reading the file on
 a timer. One observer thread per process; one watch per folder, shared by
-every subscriber of it.
+every subscriber of it, kept for the process's life.
 """
 
 from __future__ import annotations
@@ -68,15 +68,13 @@ def subscribe(folder: Path, callback: Callable[[], None]) -> Callable[[], None]:
         entry[1].add(callback)
 
     def unsubscribe() -> None:
+        # The folder's watch stays for the next subscriber (a watch is cheap to
+        # keep, and unscheduling one while the OS reports on it makes watchdog
+        # complain on stderr); the OS drops it when the folder is deleted.
         with _lock:
             found = _watches.get(key)
-            if found is None or callback not in found[1]:
-                return
-            found[1].discard(callback)
-            if not found[1]:
-                del _watches[key]
-                if _observer is not None:
-                    _observer.unschedule(found[0])
+            if found is not None:
+                found[1].discard(callback)
 
     return unsubscribe
 
