@@ -123,5 +123,7 @@ __all__ = [
     "summarize",
     "to_dict",
     "totals",
+    "wait",
+    "watch",
     "workers",
 ]
