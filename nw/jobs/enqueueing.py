@@ -12,7 +12,18 @@ from typing import Any
 from au.base import ComputationBackend
 
 from nw.errors import InvalidType, InvalidValue, UnknownKind
-from nw.jobs import budgets, costing, credentials, eta, ids, kinds, limits, outcome, recovery
+from nw.jobs import (
+    budgets,
+    costing,
+    credentials,
+    eta,
+    ids,
+    kinds,
+    limits,
+    outcome,
+    recovery,
+    tracing,
+)
 from nw.jobs.body import Launch
 from nw.jobs.checks import _actor, _check_not_before, _check_priority
 from nw.jobs.costing import quote_for
@@ -128,9 +139,13 @@ def _new_record(
         runner_id=rt.runner_id if rt is not None and fn is not None else None,  # its owner
     )
     record.update(limit_key=item.limit_key, priority=item.priority, not_before=item.due)
+    traced = tracing.carrier()  # the enqueue's span: each attempt's span is its child
+    if traced is not None:
+        record["trace"] = traced
     return record
 
 
+@tracing.traced("nw.jobs.enqueue")
 def enqueue(
     project: ProjectLike,
     kind: str,
@@ -296,6 +311,7 @@ def _about(exc: BaseException, name: str) -> BaseException:
     return exc
 
 
+@tracing.traced("nw.jobs.enqueue_many")
 def enqueue_many(
     project: ProjectLike,
     items: Iterable[tuple[str, Mapping[str, Any]] | Mapping[str, Any]],
