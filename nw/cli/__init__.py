@@ -1,7 +1,7 @@
 """``nw-jobs``: the command line over the facade.
 
 Each subcommand is a thin call into ``nw.jobs``; what a person sees is in
-``nw.cli_render`` (rich on a terminal, plain lines in a pipe, ``--json`` for
+``nw.cli.render`` (rich on a terminal, plain lines in a pipe, ``--json`` for
 scripts). What nw raises on purpose (``nw.errors``: a bad id, a missing
 project, malformed JSON, a broken setting, an unreachable store) ends in one
 line on stderr and exit status 1; set ``NW_JOBS_DEBUG=1`` to see the traceback

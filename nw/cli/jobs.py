@@ -30,7 +30,7 @@ from nw.errors import NwJobsError
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from nw.cli_render import jobs_table
+    from nw.cli.render import jobs_table
     from nw.jobs import list_jobs
 
     project = _project(args)
@@ -76,7 +76,7 @@ def _filters_said(args: argparse.Namespace) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from nw.cli_render import job_detail
+    from nw.cli.render import job_detail
     from nw.jobs import get_job, get_job_progress
 
     project = _project(args)
@@ -104,7 +104,7 @@ def _quote_of(project, job: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from nw.cli_render import plain_line
+    from nw.cli.render import plain_line
     from nw.jobs import get_job
 
     project = _project(args)
@@ -150,7 +150,7 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
     from rich.table import Table
     from rich.text import Text
 
-    from nw.cli_render import (
+    from nw.cli.render import (
         GRADE_STYLE,
         bar,
         cost_text,
@@ -189,7 +189,7 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from nw.cli_render import plain_line
+    from nw.cli.render import plain_line
     from nw.jobs import cancel_job
 
     project = _project(args)
@@ -212,7 +212,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    from nw.cli_render import plain_line
+    from nw.cli.render import plain_line
     from nw.jobs import retry_job, retry_jobs
 
     project = _project(args)
@@ -269,7 +269,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rows if args.batch is not None else rows[0])
         return EXIT_OK
-    from nw.cli_render import plain_line
+    from nw.cli.render import plain_line
 
     for row in rows:
         print(plain_line(row))
