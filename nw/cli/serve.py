@@ -27,6 +27,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ) from None
     projects = _projects(args)
     _import_modules(args.imports or ())
+    _backend_usable()
     token = args.token or os.environ.get(TOKEN_ENV) or None
     from nw.jobs.web.app import LOOPBACK_HOSTS
 
@@ -62,6 +63,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server.handle_exit = handle_exit  # type: ignore[method-assign]
     server.run()
     return EXIT_OK
+
+
+def _backend_usable() -> None:
+    """A database URL that cannot work (not postgresql://, or the postgres extra not
+    installed) is one line now, not a traceback from the app's reaper later."""
+    from nw.jobs.model import DEFAULT_CONFIG
+    from nw.jobs.stores import database_url, postgres_opener
+
+    if database_url(DEFAULT_CONFIG):
+        postgres_opener()
 
 
 def _port_free(host: str, port: int) -> None:
