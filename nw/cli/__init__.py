@@ -79,5 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the store. Anything else is a bug and keeps its traceback.
         if os.environ.get(DEBUG_ENV):
             raise
-        sys.stderr.write(f"nw-jobs: error: {str(exc) or type(exc).__name__}\n")
+        from nw.canonical import escaped
+
+        # one line, whatever the message carries (a caller's text, a stored name)
+        message = escaped(str(exc) or type(exc).__name__)
+        sys.stderr.write(f"nw-jobs: error: {message}\n")
         return EXIT_ERROR

@@ -104,7 +104,7 @@ def _quote_of(project, job: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from nw.cli.render import plain_line
+    from nw.cli.render import plain_line, shown_json
     from nw.jobs import get_job
 
     project = _project(args)
@@ -117,7 +117,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     console = _console()
     if args.json or not console.is_terminal:
-        data = _watch_lines(fetch, data, args, deadline, plain_line)
+        data = _watch_lines(fetch, data, args, deadline, plain_line, shown_json)
     else:
         data = _watch_live(fetch, data, args, deadline, console)
     if data["status"] not in WATCH_EXIT:
@@ -126,7 +126,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return WATCH_EXIT[data["status"]]
 
 
-def _watch_lines(fetch, data, args, deadline, plain_line) -> dict[str, Any]:
+def _watch_lines(fetch, data, args, deadline, plain_line, shown_json) -> dict[str, Any]:
     """A line (or a JSON object) each time something a person cares about changes."""
     last = None
     while True:
@@ -135,7 +135,7 @@ def _watch_lines(fetch, data, args, deadline, plain_line) -> dict[str, Any]:
         gist = (data["status"], step, data.get("progress"), data.get("cost"))
         if gist != last:
             last = gist
-            line = json.dumps(data, default=str) if args.json else plain_line(data)
+            line = shown_json(data, indent=None) if args.json else plain_line(data)
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
         if data["status"] in WATCH_EXIT or (deadline and time.monotonic() >= deadline):
@@ -159,11 +159,12 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
         pct_text,
         stage_text,
         status_cell,
+        text,
     )
 
     def frame(job: dict[str, Any]) -> Group:
         title = Text.assemble(
-            (job.get("label") or job["kind"], "bold"),
+            text(job.get("label") or job["kind"], style="bold"),
             "  ",
             status_cell(job),
             "  ",
@@ -171,11 +172,11 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
         )
         line = Table.grid(padding=(0, 2))
         line.add_row(bar(job, width=40), Text(pct_text(job), style="bold"), Text(eta_text(job)))
-        detail = Text(f"stage {stage_text(job)}   cost {cost_text(job)}")
+        detail = text(f"stage {stage_text(job)}   cost {cost_text(job)}")
         rows: list[Any] = [title, line, detail]
         if job.get("grade"):
             style = GRADE_STYLE.get(job["grade"], "")
-            rows.append(Text(f"{job['grade']}: {outcome_text(job) or job['status']}", style=style))
+            rows.append(text(f"{job['grade']}: {outcome_text(job) or job['status']}", style=style))
         return Group(*rows)
 
     with Live(frame(data), console=console, refresh_per_second=8) as live:
