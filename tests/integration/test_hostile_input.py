@@ -264,3 +264,19 @@ def test_list_filters_answer_400_over_http(client, project, cfg, query):
     assert response.status_code == 400, response.text
     assert " has " in response.json()["error"] or "limit" in response.json()["error"]
     assert stored_jobs(project, cfg) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (f'{{"kind": "{KIND}", "params": {{"n": {"1" * 5000}}}}}', "a number too long"),
+        (f'{{"kind": "{KIND}", "params": {"[" * 5000 + "]" * 5000}}}', "nested too deep"),
+        ("[" * 5000 + "]" * 5000, "nested too deep"),
+    ],
+    ids=["int past the digit limit", "params past the parser's stack", "a batch past it"],
+)
+def test_a_body_json_cannot_read_answers_400(client, project, cfg, text, said):
+    response = client.post("/api/jobs", content=text, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert said in response.json()["error"]
+    assert stored_jobs(project, cfg) == 0

@@ -22,21 +22,26 @@ def int_param(request: Request, name: str, default: int, *, low: int, high: int)
     return value
 
 
-def json_object(text: str, what: str) -> dict[str, Any]:
+def _loads(text: str, what: str) -> Any:
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise HTTPException(400, f"{what} is not valid JSON: {exc.msg}") from None
+    except ValueError:  # an integer past Python's 4,300-digit limit
+        raise HTTPException(400, f"{what} holds a number too long to read") from None
+    except RecursionError:
+        raise HTTPException(400, f"{what} is nested too deep to read") from None
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    value = _loads(text, what)
     if not isinstance(value, dict):
         raise HTTPException(400, f"{what} must be a JSON object")
     return value
 
 
 def json_array(text: str, what: str) -> list[Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HTTPException(400, f"{what} is not valid JSON: {exc.msg}") from None
+    value = _loads(text, what)
     if not isinstance(value, list):
         raise HTTPException(400, f"{what} must be a JSON array")
     return value
