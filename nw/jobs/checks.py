@@ -38,6 +38,12 @@ MAX_NAME_CHARS = 200
 MAX_KEY_CHARS = 500
 """An idempotency key (a limit key has ``nw.jobs.limits.MAX_KEY_LEN``)."""
 
+MAX_INT = 10**308
+"""The largest integer params may hold: a number a float (and any JSON reader) can carry."""
+
+MAX_EPOCH_S = 253_402_300_799.0
+"""``not_before``'s latest: 9999-12-31 23:59:59 UTC, the last second a date can name."""
+
 
 def check_name(value: Any, name: str, max_chars: int = MAX_NAME_CHARS) -> str:
     """A non-empty string of at most ``max_chars`` with no control character,
@@ -80,6 +86,8 @@ def check_params(params: Mapping[str, Any]) -> None:
             if problem is not None:
                 raise InvalidValue(f"{canonical.spelled(where)} has {problem}")
             continue
+        if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
+            raise InvalidValue(f"{canonical.spelled(where)} is a number past ±1e308")
         if isinstance(node, Mapping):
             children = list(node.items())
         elif isinstance(node, (list, tuple)):
@@ -148,6 +156,8 @@ def _check_not_before(when: Any) -> float | None:
         return when.timestamp()
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise InvalidType(f"not_before must be epoch seconds or a datetime, not {when!r}")
+    if not 0 <= when <= MAX_EPOCH_S:
+        raise InvalidValue(f"not_before must be from 0 to {MAX_EPOCH_S:.0f} (9999), got {when}")
     return float(when)
 
 
