@@ -19,6 +19,7 @@ import pytest
 from nw import jobs
 from nw.errors import InvalidInput
 from nw.jobs.checks import MAX_DEPTH, MAX_KEY_CHARS, MAX_LABEL_CHARS, MAX_NAME_CHARS
+from nw.jobs.ids import MAX_UNITS
 from tests.conftest import postgres_job_count
 
 pytest.importorskip("starlette")
@@ -70,6 +71,9 @@ REFUSED = [
     ("idempotency key NUL", {"idempotency_key": "k\x00"}, "idempotency_key has a NUL"),
     ("idempotency key surrogate", {"idempotency_key": "k\ud800"}, "idempotency_key has a lone"),
     ("idempotency key ESC", {"idempotency_key": "k\x1b"}, "idempotency_key has a control"),
+    ("units past MAX_UNITS", {"params": {"units": MAX_UNITS + 1}}, "units'] must be at most"),
+    ("int past a float", {"params": {"n": [10**309]}}, "params.n[0] is a number past"),
+    ("huge estimate", {"params": {"estimated_usd": 10**400}}, "params.estimated_usd is a"),
     (
         "idempotency key too long",
         {"idempotency_key": "k" * (MAX_KEY_CHARS + 1)},
@@ -81,6 +85,8 @@ API_ONLY = [  # fields POST /api/jobs does not take
     ("kind surrogate", {"kind": f"{KIND}\ud800"}, "kind has a lone surrogate"),
     ("limit key NUL", {"limit_key": "fal:\x00"}, "a limit key has a NUL"),
     ("limit key ESC", {"limit_key": "fal:\x1b[2J"}, "a limit key has a control character"),
+    ("not_before past 9999", {"not_before": 1e300}, "not_before must be from 0 to"),
+    ("not_before before 1970", {"not_before": -1e300}, "not_before must be from 0 to"),
 ]
 
 
@@ -219,6 +225,17 @@ def test_what_the_door_accepts_is_stored_and_read_back_intact(project, cfg):
     [read] = jobs.list_jobs(project, config=cfg)
     assert read.job_id == job.job_id
     assert (read.label, read.params, read.actor) == (label, params, actor)
+
+
+def test_a_stored_time_past_year_9999_does_not_break_reads(project, cfg):
+    # a row written before the checks (or an ETA scaled past any calendar): the
+    # project's reads still answer, that time shown as unknown
+    old = call(project, cfg, {"idempotency_key": "old"})
+    store = jobs.stores.shared_store(project, cfg, create=True)
+    store.patch(old.job_id, {"not_before": 1e300, "eta_p50": 1e300, "eta_p90": 1e300}, attempt=0)
+    [job] = jobs.list_jobs(project, config=cfg)
+    assert jobs.to_dict(job)["not_before"] is None
+    assert jobs.summarize(project, config=cfg) is not None
 
 
 # ----- POST /api/jobs ------------------------------------------------------------------
