@@ -221,3 +221,12 @@ def test_a_pty_is_needed_to_see_this(tmp_path):
     os.close(slave)
     assert os.read(master, 100) == b"\x1b]0;x\x07"
     os.close(master)
+
+
+@pytest.mark.parametrize("name", ["bad markup", "title"])
+def test_cancel_of_a_hostile_job_exits_0(hostile_project, name):
+    project, made, _ = hostile_project
+    status, out = run_in_pty(["cancel", made[name][:12]], project.root)
+    assert status == 0, out
+    assert_nothing_raw_from_data(out)
+    assert b"already finished" in out and SHOWN[name] in out
