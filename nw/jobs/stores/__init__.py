@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from nw.errors import InvalidSetting
+from nw.errors import ConfigError, InvalidSetting
 from nw.jobs.model import JobsConfig
 from nw.jobs.stores.base import JobStore
 from nw.project import Project
@@ -22,6 +22,20 @@ def database_url(config: JobsConfig) -> str | None:
             f"{DATABASE_URL_ENV} / JobsConfig.database_url must be a postgresql:// URL"
         )
     return url
+
+
+def postgres_opener():
+    """``open_postgres_store``, or ``ConfigError`` in one line when the extra is absent."""
+    try:
+        from nw.jobs.stores.postgres import open_postgres_store
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("psycopg"):
+            raise
+        raise ConfigError(
+            f"{DATABASE_URL_ENV} / JobsConfig.database_url names a PostgreSQL database, but"
+            f" {exc.name} is not installed: pip install 'nw-jobs[postgres]'"
+        ) from None
+    return open_postgres_store
 
 
 def store_location(project: Project, config: JobsConfig) -> tuple[str, str]:
@@ -42,9 +56,7 @@ def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStor
     the project never stored a job (nothing is created by a read)."""
     backend, where = store_location(project, config)
     if backend == "postgres":
-        from nw.jobs.stores.postgres import open_postgres_store
-
-        return open_postgres_store(database_url(config), project, create=create)
+        return postgres_opener()(database_url(config), project, create=create)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not Path(where).exists():
@@ -86,10 +98,9 @@ def _exists(project: Project, config: JobsConfig) -> bool:
 def _open_writable(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
     backend, where = store_location(project, config)
     if backend == "postgres":
-        from nw.jobs.stores.postgres import open_postgres_store
-
         # Writable, but a read path (create=False) never migrates nor makes an id.
-        return open_postgres_store(database_url(config), project, create=create, read_only=False)
+        opened = postgres_opener()
+        return opened(database_url(config), project, create=create, read_only=False)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not _writable(Path(where)):
