@@ -198,6 +198,11 @@ NO_SPEND: Mapping[str, Any] = MappingProxyType(
 )
 
 
+#: The most a caller may say one job costs: beyond it a figure is a mistake,
+#: and two of them would sum past any float (spend would read $inf).
+MAX_JOB_USD = 1e9
+
+
 def _usd(value: Any) -> float | None:
     return pricing.as_usd(value)
 
@@ -227,10 +232,12 @@ def quote_for(
     """The quote for these params (see the module doc). For ``enqueue``
     (``for_estimate=False``) an unidentifiable plan raises ``PlanError``."""
     caller = _usd(params.get("estimated_usd"))
-    if caller is None and params.get("estimated_usd") is not None:
+    if (caller is None and params.get("estimated_usd") is not None) or (
+        caller is not None and caller > MAX_JOB_USD
+    ):
         raise InvalidValue(
-            "params['estimated_usd'] must be a finite number of dollars from 0, got "
-            f"{params.get('estimated_usd')!r}"
+            f"params['estimated_usd'] must be a number of dollars from 0 to {MAX_JOB_USD:,.0f},"
+            f" got {params.get('estimated_usd')!r}"
         )
     if params.get("plan") is None:
         return Quote(
