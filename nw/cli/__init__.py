@@ -52,9 +52,24 @@ __all__ = [
 ]
 
 
+#: Options whose value may look like a flag to argparse (``--older-than -5d``):
+#: joined to it, so the value's own check says what is wrong with it.
+VALUE_OPTIONS = ("--older-than", "--since")
+
+
+def _joined(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in VALUE_OPTIONS and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_joined(sys.argv[1:] if argv is None else argv))
     if args.version:
         from nw import __version__
 

@@ -215,12 +215,19 @@ def _epoch(when: float | datetime | None, name: str) -> float | None:
 
 
 # ----- prune -----------------------------------------------------------------------
-def prune(project: ProjectLike, *, older_than_s: float, config: JobsConfig = DEFAULT_CONFIG) -> int:
+def prune(
+    project: ProjectLike,
+    *,
+    older_than_s: float,
+    dry_run: bool = False,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> int:
     """Delete the jobs that finished more than ``older_than_s`` seconds ago
     (their status entries and progress trails too); returns how many. What
     they spent stays in the store's per-day rollup (by kind and actor, with
     their counts by status and grade), so ``spend``, budgets and ``totals``
-    do not change. Live jobs are never touched."""
+    do not change. Live jobs are never touched. ``dry_run``: delete nothing,
+    and return how many would go."""
     if (
         isinstance(older_than_s, bool)
         or not isinstance(older_than_s, (int, float))
@@ -231,7 +238,10 @@ def prune(project: ProjectLike, *, older_than_s: float, config: JobsConfig = DEF
     store = shared_store(as_project(project), config, create=False)
     if store is None:
         return 0
-    return store.prune(cutoff=config.clock() - float(older_than_s))
+    cutoff = config.clock() - float(older_than_s)
+    if dry_run:
+        return store.count_finished_before(cutoff=cutoff)
+    return store.prune(cutoff=cutoff)
 
 
 # ----- totals ----------------------------------------------------------------------

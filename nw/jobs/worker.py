@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from nw.errors import InvalidSetting, JobStoreError, NwJobsError
+from nw.errors import InvalidSetting, JobStoreError, NwJobsError, ProjectError
 from nw.jobs import credentials, kinds, outcome, worker_cli
 from nw.jobs.body import Launch
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
@@ -563,6 +563,12 @@ def serve(args: argparse.Namespace) -> int:
     try:
         config = JobsConfig(**overrides)
         projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
+        for root in projects:  # a typo must not make a project nobody enqueues to
+            if not as_project(root).read_meta():
+                raise ProjectError(
+                    f"{as_project(root).root} is not an nw-jobs project (no .nw/project.json):"
+                    f" check --project, or make one with nw-jobs init {root}"
+                )
         secrets = _load_secrets_provider(args.secrets) if args.secrets else env_secrets
         worker = Worker(projects, config=config, secrets=secrets)
     except JobStoreError as exc:  # e.g. an unknown database role: one line, exit 1

@@ -342,6 +342,10 @@ class JobStore(ABC):
         change; returns how many were deleted."""
 
     @abstractmethod
+    def count_finished_before(self, *, cutoff: float) -> int:
+        """How many jobs ``prune(cutoff=cutoff)`` would delete now (a dry run)."""
+
+    @abstractmethod
     def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
         """Spend of the jobs finished since ``since`` (rollup included):
         ``{kind, actor_id ('' for none), today (finished since today), usd,

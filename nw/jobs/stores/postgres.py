@@ -972,6 +972,9 @@ class PostgresJobStore(JobStore):
             if done < batch:
                 return deleted
 
+    def count_finished_before(self, *, cutoff: float) -> int:
+        return int(self._read("count_finished_before", {"cutoff": float(cutoff)})[0]["n"])
+
     def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
         args = {
             "since": since,

@@ -757,6 +757,10 @@ class SqliteJobStore(JobStore):
             if len(rows) < batch:
                 return deleted
 
+    def count_finished_before(self, *, cutoff: float) -> int:
+        with self._cursor() as c:
+            return int(c.execute(Q["count_finished_before"], {"cutoff": cutoff}).fetchone()[0])
+
     def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
         args = {
             "since": since,

@@ -635,3 +635,8 @@ SELECT 'budget' AS what, budget_key, usd, per, actor_id, kind,
 UNION ALL
 SELECT 'approval', NULL, NULL, NULL, NULL, NULL, threshold_usd, mode
   FROM approval WHERE one = 1;
+
+-- name: count_finished_before
+-- How many jobs `prune` would delete with this :cutoff (a dry run; index
+-- jobs_by_finished).
+SELECT count(*) AS n FROM jobs WHERE finished_at IS NOT NULL AND finished_at < :cutoff;
