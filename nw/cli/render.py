@@ -234,6 +234,9 @@ class _Column:
     """Lower gets spare width first."""
     justify: str = "left"
     style: str = ""
+    wraps: bool = False
+    """Its text wraps onto more lines rather than being cut: what it says
+    (why a job waits, how long it has left) is worth a taller row."""
 
 
 # The id stays at 80 columns and in a pipe (it is what show, cancel and retry
@@ -241,13 +244,13 @@ class _Column:
 _COLUMNS = (
     _Column("id", lambda j: short_id(j["job_id"]), 12, 12, 1, 9, style="dim"),
     _Column("job", lambda j: j.get("label") or j["kind"], 14, 32, 0, 1),
-    _Column("status", status_cell, 10, 10, 2, 9),
+    _Column("status", status_cell, 10, 16, 2, 1, wraps=True),
     _Column("progress", lambda j: bar(j, width=16), 16, 16, 5, 9),
     _Column("%", pct_text, 4, 4, 6, 9, justify="right"),
-    _Column("ETA", eta_text, 14, 22, 4, 2),
+    _Column("ETA", eta_text, 14, 22, 4, 2, wraps=True),
     _Column("stage", stage_text, 10, 20, 7, 3),
     _Column("cost", cost_text, 12, 13, 3, 0, justify="right"),
-    _Column("note", lambda j: _note(j), 12, 60, 8, 4, style="dim"),
+    _Column("note", lambda j: _note(j), 12, 60, 8, 4, style="dim", wraps=True),
 )
 _PER_COLUMN = 3  # padding either side and a separator; the edges make it 3n - 1 in all
 
@@ -274,6 +277,7 @@ def jobs_table(
         widths[column.name] += grow
         spare -= grow
     shown = [c for c in candidates if c in chosen]
+    noted = any(c.name == "note" for c in shown)
     table = Table(
         title=None if title is None else text(title),
         box=box.SIMPLE_HEAVY,
@@ -284,13 +288,17 @@ def jobs_table(
         table.add_column(
             column.name,
             width=widths[column.name],
-            no_wrap=True,
-            overflow="ellipsis",
+            no_wrap=not column.wraps,
+            overflow="fold" if column.wraps else "ellipsis",
             justify=column.justify,  # type: ignore[arg-type]
             style=column.style,
         )
     for job in jobs:
-        table.add_row(*(_cell(column.cell(job)) for column in shown))
+        cells = [_cell(column.cell(job)) for column in shown]
+        if not noted and _note(job):  # no room for the note: the status says why it ended
+            at = next(i for i, c in enumerate(shown) if c.name == "status")
+            cells[at] = Text.assemble(cells[at], text(f": {_note(job)}", style="dim"))
+        table.add_row(*cells)
     return table
 
 
@@ -482,7 +490,9 @@ def workers_table(workers: Iterable[Mapping[str, Any]], *, title: str | None = N
         pad_edge=False,
     )
     for name in ("worker", "state", "busy", "kinds", "started", "last beat", "jobs"):
-        table.add_column(name, overflow="fold")
+        # words wrap whole (a kind is not cut mid-name); only one longer than the
+        # column is folded
+        table.add_column(name, overflow="fold", no_wrap=False)
     for w in workers:
         state = text(w["state"], style="green" if w["state"] == "live" else "red")
         slots = w.get("slots")

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from nw import Project
 from nw.jobs import enqueue, get_job, list_jobs
 from nw.jobs.kinds import unregister_kind
 from nw.jobs.runtime import shutdown_runtimes
@@ -59,7 +60,8 @@ def history(project):
 
 
 def run(*args, project, **kw):
-    return nw_jobs(*args, "--project", str(getattr(project, "root", project)), **kw)
+    root = project.root if isinstance(project, Project) else project  # a Path has .root too
+    return nw_jobs(*args, "--project", str(root), **kw)
 
 
 # ----- show ---------------------------------------------------------------------------
@@ -235,7 +237,8 @@ def test_a_folder_that_is_not_a_project_is_refused_and_init_makes_one(tmp_path):
     # Given an existing folder that is not a project (a typo of --project)
     folder = tmp_path / "typo"
     folder.mkdir()
-    for args in (("enqueue", "t.noop", "--params", "{}"), ("list",), ("limits",)):
+    enqueue = ("enqueue", "t.noop", "--params", "{}", "--import", "tests.fixtures.bodies")
+    for args in (enqueue, ("list",), ("limits",), ("prune", "--older-than", "1d")):
         one_line_error(run(*args, project=folder), "is not an nw-jobs project")
     assert list(folder.iterdir()) == []  # nothing made in it
     # When it is made a project, the same commands work
