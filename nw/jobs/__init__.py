@@ -4,6 +4,7 @@ The public surface is exactly ``__all__`` (pinned by a test).
 """
 
 from importlib import import_module as _import_module
+from typing import TYPE_CHECKING
 
 from nw.jobs.errors import (
     BudgetExceeded,
@@ -49,6 +50,23 @@ from nw.jobs.records import to_dict
 # without them: a public name not imported above is the console's if listed
 # here, else the facade's.
 _CONSOLE = frozenset({"prune", "retry_job", "retry_jobs", "totals", "workers"})
+
+if TYPE_CHECKING:  # what a type checker sees of the names imported on first use
+    from nw.jobs.console import prune, retry_job, retry_jobs, totals, workers
+    from nw.jobs.facade import (
+        cancel_job,
+        enqueue,
+        enqueue_many,
+        estimate,
+        get_job,
+        get_job_progress,
+        list_jobs,
+        list_limits,
+        set_limit,
+        snapshot,
+        spend,
+        summarize,
+    )
 
 
 def __getattr__(name: str) -> object:

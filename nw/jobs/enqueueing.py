@@ -227,6 +227,7 @@ def enqueue(
     if not created and _dead_duplicate(store, row, rt, config):
         row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
+        assert fn is not None  # a runtime is taken only for a body
         held = dict(secrets or {})
         if ambient and credentials.FAL not in held:
             held[credentials.FAL] = ambient  # so it is redacted like any secret

@@ -160,7 +160,9 @@ def attempts_of(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _iso(ts: Any) -> str | None:
-    return None if not isinstance(ts, (int, float)) else _dt(ts).isoformat()
+    return (
+        None if not isinstance(ts, (int, float)) else datetime.fromtimestamp(ts, tz=UTC).isoformat()
+    )
 
 
 def _dt(ts: Any) -> datetime | None:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import threading
 from pathlib import Path
+from typing import Literal, overload
 
 from nw.errors import InvalidSetting
 from nw.jobs.model import JobsConfig
@@ -37,6 +38,10 @@ def store_location(project: Project, config: JobsConfig) -> tuple[str, str]:
     return "sqlite", str(Path(project.root) / config.jobs_dirname / "jobs.sqlite3")
 
 
+@overload
+def open_store(project: Project, config: JobsConfig, *, create: Literal[True]) -> JobStore: ...
+@overload
+def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None: ...
 def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
     """The project's store; with ``create=False`` a read-only handle, or None when
     the project never stored a job (nothing is created by a read)."""
@@ -44,7 +49,9 @@ def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStor
     if backend == "postgres":
         from nw.jobs.stores.postgres import open_postgres_store
 
-        return open_postgres_store(database_url(config), project, create=create)
+        url = database_url(config)
+        assert url is not None  # store_location said postgres
+        return open_postgres_store(url, project, create=create)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not Path(where).exists():
@@ -56,6 +63,10 @@ _SHARED: dict[tuple[str, str], JobStore] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+@overload
+def shared_store(project: Project, config: JobsConfig, *, create: Literal[True]) -> JobStore: ...
+@overload
+def shared_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None: ...
 def shared_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
     """This process's one writable handle on the project's store (kept open:
     the facade's hot paths must not pay a connection per call). With
@@ -89,7 +100,9 @@ def _open_writable(project: Project, config: JobsConfig, *, create: bool) -> Job
         from nw.jobs.stores.postgres import open_postgres_store
 
         # Writable, but a read path (create=False) never migrates nor makes an id.
-        return open_postgres_store(database_url(config), project, create=create, read_only=False)
+        url = database_url(config)
+        assert url is not None  # store_location said postgres
+        return open_postgres_store(url, project, create=create, read_only=False)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not _writable(Path(where)):

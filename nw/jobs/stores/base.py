@@ -260,7 +260,7 @@ class JobStore(ABC):
 
     @abstractmethod
     def requeue(
-        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
+        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
     ) -> bool:
         """A failed attempt goes back to the queue, due at ``not_before`` (fenced).
         False, and nothing written, when the attempt is not current or the job
