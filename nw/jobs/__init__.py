@@ -3,8 +3,8 @@
 The public surface is exactly ``__all__`` (pinned by a test).
 """
 
+import typing as _typing
 from importlib import import_module as _import_module
-from typing import TYPE_CHECKING
 
 from nw.jobs.errors import (
     BudgetExceeded,
@@ -51,7 +51,7 @@ from nw.jobs.records import to_dict
 # here, else the facade's.
 _CONSOLE = frozenset({"prune", "retry_job", "retry_jobs", "totals", "workers"})
 
-if TYPE_CHECKING:  # what a type checker sees of the names imported on first use
+if _typing.TYPE_CHECKING:  # what a type checker sees of the names imported on first use
     from nw.jobs.console import prune, retry_job, retry_jobs, totals, workers
     from nw.jobs.facade import (
         cancel_job,
