@@ -47,7 +47,14 @@ trap cleanup EXIT
 [ -n "${NW_TEST_DATABASE_URL:-}" ] || fail "NW_TEST_DATABASE_URL is not set (a PostgreSQL server for the scratch database)"
 
 step "build the sdist and the wheel"
-"$python" -m build --outdir "$work/dist" "$src" >"$work/build.log" 2>&1 ||
+# From a copy of the files git would commit: an nw_jobs.egg-info left in the
+# checkout by `pip install -e` keeps an old file list and could hide a file
+# the package's configuration no longer ships.
+mkdir -p "$work/src"
+git -C "$src" ls-files -z --cached --others --exclude-standard |
+  (cd "$src" && xargs -0 sh -c 'for f; do [ -f "$f" ] && printf "%s\0" "$f"; done' _) |
+  tar -C "$src" --null -T - -cf - | tar -C "$work/src" -xf - || fail "copying the checkout"
+"$python" -m build --outdir "$work/dist" "$work/src" >"$work/build.log" 2>&1 ||
   { tail -30 "$work/build.log" >&2; fail "python -m build"; }
 wheel="$(ls "$work"/dist/*.whl)"
 sdist="$(ls "$work"/dist/*.tar.gz)"
