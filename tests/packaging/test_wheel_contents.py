@@ -92,3 +92,12 @@ def test_the_command_line_says_the_same_version() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"nw-jobs {nw.__version__}"
+
+
+def test_the_changelog_has_a_section_for_this_version_under_unreleased() -> None:
+    headings = [
+        line.split("]")[0].removeprefix("## [")
+        for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
+        if line.startswith("## [")
+    ]
+    assert headings[:2] == ["Unreleased", nw.__version__]
