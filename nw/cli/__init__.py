@@ -32,7 +32,6 @@ from nw.cli.common import (
     WATCH_EXIT,
     UserError,
 )
-from nw.cli.ops import cmd_worker
 from nw.cli.parser import build_parser
 from nw.errors import NwJobsError
 
@@ -67,11 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:  # `nw-jobs db` alone
         args.parser.print_help()
         return EXIT_USAGE
-    if extra and args.command != "worker":
+    if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        if args.command == "worker":
-            return cmd_worker(args, extra)
         return args.func(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

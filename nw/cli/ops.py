@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
 
 from nw.cli.common import (
     EXIT_OK,
@@ -77,19 +76,9 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_worker(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
+def cmd_worker(args: argparse.Namespace) -> int:
     worker = _optional_module("nw.jobs.worker", "the worker", extra="")
-    argv: list[str] = []
-    for root in args.project or [os.environ.get(PROJECT_ENV) or os.getcwd()]:
-        argv += ["--project", root]
-    for module in args.imports or ():
-        argv += ["--import", module]
-    if args.max_concurrent is not None:
-        argv += ["--max-concurrent", str(args.max_concurrent)]
-    if args.log_level:
-        argv += ["--log-level", args.log_level]
-    result = worker.main([*argv, *extra])
-    return int(result or 0)
+    return int(worker.serve(args) or 0)
 
 
 def cmd_db_migrate(args: argparse.Namespace) -> int:

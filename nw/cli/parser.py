@@ -15,7 +15,8 @@ from nw.cli.jobs import cmd_cancel, cmd_enqueue, cmd_list, cmd_retry, cmd_show, 
 from nw.cli.money import cmd_estimate, cmd_limits, cmd_spend
 from nw.cli.ops import cmd_db_migrate, cmd_prune, cmd_summarize, cmd_worker, cmd_workers
 from nw.cli.serve import cmd_serve
-from nw.jobs.model import WORKER_LOG_LEVELS
+from nw.jobs.worker_cli import DESCRIPTION as WORKER_DESCRIPTION
+from nw.jobs.worker_cli import add_arguments as add_worker_arguments
 
 
 def _positive_int(text: str) -> int:
@@ -203,22 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-body-bytes", type=_positive_int, default=64 * 1024, help="request body limit"
     )
 
-    p = add("worker", cmd_worker, "run queued jobs of registered kinds", [many])
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        metavar="MODULE",
-        help="import MODULE first (it registers kinds)",
-    )
-    p.add_argument("--max-concurrent", type=_positive_int, help="bodies at once")
-    p.add_argument(
-        "--log-level",
-        choices=WORKER_LOG_LEVELS,
-        type=str.upper,
-        help="INFO (default): a line per job as it ends (kind, id, attempt, outcome, seconds);"
-        " DEBUG also its start",
-    )
+    add_worker_arguments(add("worker", cmd_worker, WORKER_DESCRIPTION, []))
 
     db = sub.add_parser("db", help="database maintenance", description="database maintenance")
     db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND")

@@ -78,6 +78,11 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'nw.jobs' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # The lazily imported names are public too: tab completion and help() list them.
+    return sorted(set(globals()) | set(__all__))
+
+
 __all__ = [
     "CANCELLED",
     "CANCELLING",

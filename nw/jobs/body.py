@@ -249,7 +249,8 @@ def run_attempt(
     )
     if error is not None and ending.error_kind == ERROR_KIND_CRASHED:
         if isinstance(error, Exception):
-            log.error("job %s crashed: %s (%s)", job_id, ending.message, decided.note)
+            extra = "" if decided.note == ending.message else f" ({decided.note})"
+            log.error("job %s crashed: %s%s", job_id, ending.message, extra)
         elif set_up:
             log.warning("job %s body raised %s", job_id, type(error).__name__)
         else:

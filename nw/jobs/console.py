@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs import eta, ids, kinds, limits, liveness, recovery
+from nw.jobs import eta, ids, kinds, limits, liveness, outcome, recovery
 from nw.jobs.checks import _could_name_a_job
 from nw.jobs.costing import Quote, quote_for
 from nw.jobs.handles import ProjectLike, _reader
@@ -28,7 +28,6 @@ from nw.project import Project, as_project
 #: The statuses a retry takes: a live job is running, a succeeded one is done.
 RETRYABLE = ("failed", "cancelled")
 #: How long a lost worker stays listed after its last beat (then it is history).
-LOST_KEPT_S = 3600.0
 #: The page size a bulk retry walks the history with.
 _WALK = 500
 
@@ -146,12 +145,8 @@ def _new_run(
     params = dict(rec.get("params") or {})
     units = ids.check_units(params)
     quote = quote_for(proj, kind, params, config)
-    if spec is not None:
-        retryable = spec.retryable
-        max_attempts = spec.max_attempts or config.max_attempts
-    else:  # this process does not register the kind: keep what the job was enqueued with
-        retryable = bool(rec.get("retryable"))
-        max_attempts = int(rec.get("max_attempts") or 1)
+    # this process's registration; without one, what the job was enqueued with
+    policy = outcome.RetryPolicy.resolve(spec, config, record=rec)
     plan = eta.eta_plan(params, units, config)
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
     record = new_record(
@@ -165,9 +160,9 @@ def _new_run(
         prediction=eta.prediction_fields(plan, samples, config),
         estimated_usd=quote.estimated_usd,
         runner=RUNNER_WORKER,
-        max_attempts=max_attempts if retryable else 1,
+        max_attempts=policy.max_attempts,
         actor=rec.get("actor") if isinstance(rec.get("actor"), Mapping) else None,
-        retryable=retryable,
+        retryable=policy.retryable,
     )
     # the new run counts against the same key at the same priority (not its delay)
     key = limits.key_for(spec.limit_key, kind, params) if spec else rec.get("limit_key")
@@ -297,7 +292,7 @@ def workers(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> lis
         beat = float(r["beat_at"])
         who = seen.get(r["runner_id"])
         alive = who is not None and liveness.worker_alive(who, now, config)
-        if not alive and now - beat > LOST_KEPT_S:
+        if not alive and now - beat > liveness.LOST_KEPT_S:
             continue
         jobs = held.get(r["runner_id"], [])
         pid = r.get("pid")

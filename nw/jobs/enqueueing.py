@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from au import ComputationStatus
 from au.base import ComputationBackend
 
 from nw.errors import InvalidType, InvalidValue, UnknownKind
-from nw.jobs import costing, credentials, eta, ids, kinds, limits, recovery
+from nw.jobs import costing, credentials, eta, ids, kinds, limits, outcome, recovery
 from nw.jobs.body import Launch
 from nw.jobs.checks import _actor, _check_not_before, _check_priority
 from nw.jobs.costing import quote_for
@@ -108,11 +107,10 @@ def _new_record(
     config: JobsConfig,
 ) -> dict[str, Any]:
     """The queued record of a prepared item, with its ETA prediction."""
-    fn, spec = item.fn, item.spec
+    fn = item.fn
     # Retries are the worker tier's: a requeued job is claimed by a worker, and
     # an in-process body's callable lives only in the process that enqueued it.
-    retryable = bool(fn is None and spec and spec.retryable)
-    max_attempts = spec.max_attempts if spec and spec.max_attempts else config.max_attempts
+    policy = outcome.RetryPolicy.resolve(item.spec if fn is None else None, config)
     record = new_record(
         job_id=item.job_id,
         kind=item.kind,
@@ -124,9 +122,9 @@ def _new_record(
         prediction=eta.prediction_fields(plan, samples, config),
         estimated_usd=item.quote.estimated_usd,
         runner=RUNNER_INPROC if fn is not None else RUNNER_WORKER,
-        max_attempts=max_attempts if retryable else 1,
+        max_attempts=policy.max_attempts,
         actor=item.actor,
-        retryable=retryable,
+        retryable=policy.retryable,
         runner_id=rt.runner_id if rt is not None and fn is not None else None,  # its owner
     )
     record.update(limit_key=item.limit_key, priority=item.priority, not_before=item.due)
@@ -421,12 +419,7 @@ def _dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: Jo
 
 
 def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: JobsConfig) -> None:
+    """An in-process job whose body could not be handed to the runtime: ended
+    as the outcome policy decides (``outcome.end_unlaunched``)."""
     message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
-    store.finish(
-        row.record["job_id"],
-        au_status=ComputationStatus.FAILED,
-        result=None,
-        error=message,
-        fields={"finished_at": config.clock(), "error": message, "error_kind": "crashed"},
-        attempt=row.record.get("attempt"),
-    )
+    outcome.end_unlaunched(store, row, message, config).result()

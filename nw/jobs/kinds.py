@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from typing import Any
 
 from nw.errors import InvalidType, InvalidValue, KindImportError
 from nw.jobs.limits import LimitKeySpec, check_spec
@@ -64,7 +65,7 @@ def register_kind(
     name: str,
     target: str | Callable,
     *,
-    retryable: bool = False,
+    retryable: bool | None = None,
     max_attempts: int | None = None,
     timeout_s: float | None = None,
     cancel_on_timeout: bool = False,
@@ -75,15 +76,20 @@ def register_kind(
     ``limit_key``: the key each job of the kind counts against when a limit is
     set on it (``set_limit``): a string (``"fal:kling"``), a ``str.format``
     template over the params (``"fal:{model}"``) or a callable of the params
-    returning the key (or None: no key). Computed once, at enqueue."""
+    returning the key (or None: no key). Computed once, at enqueue.
+
+    ``max_attempts``: attempts per run of a job of the kind (its crashes, failed
+    launches and lost workers retried while it has some left); more than 1
+    makes the kind retryable, so ``retryable=False`` with it is refused as a
+    contradiction. ``retryable=True`` alone: ``JobsConfig.max_attempts``
+    attempts. Neither: one attempt, never retried."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidValue("a kind needs a non-empty name")
     if isinstance(target, str) and ":" not in target:
         raise InvalidValue(f"kind target must look like 'module:attr', got {target!r}")
     if not isinstance(target, str) and not callable(target):
         raise InvalidType("kind target must be 'module:attr' or a callable")
-    if max_attempts is not None and max_attempts < 1:
-        raise InvalidValue("max_attempts must be >= 1")
+    retryable = _retryable(name, retryable, max_attempts)
     if timeout_s is not None and timeout_s <= 0:
         raise InvalidValue("timeout_s must be > 0")
     spec = KindSpec(
@@ -98,6 +104,26 @@ def register_kind(
     with _LOCK:
         _KINDS[name] = spec
     return spec
+
+
+def _retryable(name: str, retryable: Any, max_attempts: Any) -> bool:
+    """The kind's retry flag: ``max_attempts`` above 1 implies it."""
+    if retryable is not None and not isinstance(retryable, bool):
+        raise InvalidType(f"kind {name!r}: retryable must be True or False, got {retryable!r}")
+    if max_attempts is None:
+        return bool(retryable)
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise InvalidType(
+            f"kind {name!r}: max_attempts must be a whole number, got {max_attempts!r}"
+        )
+    if max_attempts < 1:
+        raise InvalidValue(f"kind {name!r}: max_attempts must be >= 1, got {max_attempts}")
+    if max_attempts > 1 and retryable is False:
+        raise InvalidValue(
+            f"kind {name!r}: max_attempts={max_attempts} asks for retries but retryable=False"
+            " forbids them; drop retryable=False, or max_attempts"
+        )
+    return retryable is True or max_attempts > 1
 
 
 def unregister_kind(name: str) -> None:

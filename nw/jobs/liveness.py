@@ -38,6 +38,11 @@ from nw.jobs.model import RUNNER_INPROC, RUNNER_INPROC_LEGACY, JobsConfig
 
 _LIVE = ("running", "cancelling")
 
+#: How long a dead worker stays announced after its last beat (listed as
+#: ``lost`` by ``nw-jobs workers``, the console and ``/metrics``); then the
+#: reaper removes its row.
+LOST_KEPT_S = 3600.0
+
 
 def runs_inproc(record: Mapping[str, Any]) -> bool:
     """The job's body runs in the process that enqueued it (records stored

@@ -5,9 +5,13 @@ attempt knew it, the kind's ``RetryPolicy``, whether a person asked to cancel,
 and the clock -> an ``Outcome``: finish with an au status, or go back to the
 queue due at a time, with the record fields to write either way. ``write`` is
 the one place an outcome reaches a store (fenced by the attempt). The body
-runner (a body returned or raised), the reaper (a worker stopped beating) and
-a stopping worker (SIGTERM) only describe what happened; none of them chooses
-between "retry" and "fail" itself.
+runner (a body returned or raised), the reaper (a worker stopped beating), a
+stopping worker (SIGTERM) and a launch that failed (``end_unlaunched``: a
+worker's, or an in-process enqueue's) only describe what happened; none of
+them chooses between "retry" and "fail" itself, and no job ends another way.
+A run's ``RetryPolicy`` is resolved once, when the run begins (``resolve``:
+``enqueue``, ``retry_job``), and recorded with the job; every ending reads it
+back from the record (``RetryPolicy.of``).
 
 The rules, in the spirit of dramatiq's ``Retries`` middleware (a per-kind
 attempt budget, exponential backoff with jitter, only some endings retried):
@@ -16,10 +20,14 @@ attempt budget, exponential backoff with jitter, only some endings retried):
   cancelled job has ``error_kind == "cancelled"`` whatever its body did; its
   ``error`` says what happened.
 * A refusal is the body's verdict: failed, never retried.
-* A crash, or a lost worker, is retried while the kind is retryable and the
-  run has attempts left (``attempt_in_run < max_attempts``): a crash due after
-  ``backoff_delay``, a lost worker's job at once (the loss says nothing against
-  the job; the attempts bound a job that kills its worker); else it fails.
+* A crash, a launch that failed, or a lost worker, is retried while the kind
+  is retryable and the run has attempts left (``attempt_in_run <
+  max_attempts``): a crash or a failed launch due after ``backoff_delay``, a
+  lost worker's job at once (the loss says nothing against the job; the
+  attempts bound a job that kills its worker); else it fails. A failed launch
+  spends its attempt though no body ran: what fails a launch (a kind that does
+  not import, a runtime shutting down) mostly fails the next one too, and an
+  attempt given back would be claimed and fail again at once, for ever.
 * A graceful stop (the worker is shutting down) is not a failure: the job goes
   back to the queue at once, and the attempt it was on is given back
   (``attempt_base`` moves up with the lease counter), so it is not consumed.
@@ -36,21 +44,25 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from au import ComputationStatus
 
 from nw.jobs import events
 from nw.jobs.model import (
+    ACTIVE_STATUSES,
     ERROR_KIND_CANCELLED,
     ERROR_KIND_CRASHED,
     ERROR_KIND_REFUSED,
     REAPED_REASON,
     JobsConfig,
 )
-from nw.jobs.records import attempt_in_run
+from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.status import CANCELLED_AFTER_RETURN
 from nw.jobs.stores.base import JobStore, settled
+
+if TYPE_CHECKING:
+    from nw.jobs.kinds import KindSpec
 
 
 class Ended(StrEnum):
@@ -70,6 +82,10 @@ class Ended(StrEnum):
     """The worker stopped beating (found by the reaper)."""
     ORPHANED = "orphaned"
     """Queued for an in-process body whose process is gone: it never ran."""
+    UNLAUNCHED = "unlaunched"
+    """Its body could not be launched (``Ending.message`` says why: a kind that
+    does not import or is not registered in the worker, a runtime that is
+    shutting down): it never ran. A crash, as the retry policy reads it."""
 
 
 @dataclass(frozen=True)
@@ -94,11 +110,35 @@ class RetryPolicy:
     backoff_s: float
 
     @classmethod
+    def resolve(
+        cls,
+        spec: KindSpec | None,
+        config: JobsConfig,
+        *,
+        record: Mapping[str, Any] | None = None,
+    ) -> RetryPolicy:
+        """The policy a new run of a job gets (``enqueue``, ``retry_job``), which
+        is recorded with it: its kind's registration in this process (``spec``;
+        a retryable kind without its own ``max_attempts`` gets
+        ``config.max_attempts``, a kind not retried one attempt). Without a
+        registration: what ``record`` (an earlier run) was given, else one
+        attempt, never retried (an in-process body: a retry is claimed by a
+        worker, and its callable lives only in the process that enqueued it)."""
+        if spec is None:
+            if record is not None:
+                return cls.of(record, config)
+            return cls(retryable=False, max_attempts=1, backoff_s=config.retry_backoff_s)
+        retryable = bool(spec.retryable)
+        budget = (spec.max_attempts or config.max_attempts) if retryable else 1
+        return cls(retryable=retryable, max_attempts=budget, backoff_s=config.retry_backoff_s)
+
+    @classmethod
     def of(
         cls, record: Mapping[str, Any], config: JobsConfig, *, retryable: bool | None = None
     ) -> RetryPolicy:
-        """The policy recorded with the job at enqueue (``retryable`` overrides the
-        record's flag: a worker applies its kind registration)."""
+        """The policy recorded with the job when its run began (``resolve``); every
+        ending of an attempt reads it here. ``retryable`` overrides the record's
+        flag (a ``Launch`` that says so)."""
         return cls(
             retryable=bool(record.get("retryable") if retryable is None else retryable),
             max_attempts=int(record.get("max_attempts") or 1),
@@ -221,7 +261,7 @@ def _decide(
         return Outcome(ComputationStatus.CANCELLED, fields, error=message, note="cancelled")
     if kind == ERROR_KIND_REFUSED:
         return _failed(ending, ending.message or "refused", kind=ERROR_KIND_REFUSED)
-    # A crash, or a lost worker: retried while the policy allows.
+    # A crash, a failed launch, or a lost worker: retried while the policy allows.
     done = attempt_in_run(record)
     lost = how is Ended.LOST
     if policy.retryable and done < policy.max_attempts:
@@ -254,6 +294,7 @@ _CANCELLED_BECAUSE = {
     Ended.LOST: f"{REAPED_REASON} before the body stopped; cancelled on request",
     Ended.ORPHANED: "cancelled on request before it started",
     Ended.UNSTARTED: "cancelled on request before it started",
+    Ended.UNLAUNCHED: "cancelled on request before it started",
 }
 
 
@@ -267,6 +308,8 @@ def _cancelled(ending: Ending) -> Outcome:
             message = f"cancelled on request; {said}" if said else "cancelled on request"
         else:
             message = f"cancelled on request; the body then failed: {said}"
+    elif ending.how is Ended.UNLAUNCHED and ending.message:
+        message = f"{_CANCELLED_BECAUSE[ending.how]} (then its launch failed: {ending.message})"
     else:
         message = _CANCELLED_BECAUSE[ending.how]
     fields = {**ending.fields, "finished_at": ending.at, "error": message}
@@ -274,6 +317,27 @@ def _cancelled(ending: Ending) -> Outcome:
     if ending.how is Ended.RETURNED:
         return Outcome(ComputationStatus.COMPLETED, fields, note=message)
     return Outcome(ComputationStatus.CANCELLED, fields, error=message, note=message)
+
+
+def end_unlaunched(store: JobStore, row: JobRow, message: str, config: JobsConfig) -> Future:
+    """End a job whose body could not be launched (``row``: as its claim, or its
+    create for an in-process body, returned it) as ``decide`` says, fenced by
+    that attempt. The job is read again first: a cancel asked since then wins,
+    and a job that ended meanwhile (cancelled while queued) is left as it is.
+    The future of the write's answer (False: nothing written)."""
+    job_id, attempt = row.record["job_id"], row.record.get("attempt")
+    fresh = store.get(job_id)
+    if fresh is None or fresh.status not in ACTIVE_STATUSES:
+        return settled(lambda: False)
+    now = config.clock()
+    decided = decide(
+        Ending(Ended.UNLAUNCHED, now, error_kind=ERROR_KIND_CRASHED, message=message),
+        fresh.record,
+        RetryPolicy.of(fresh.record, config),
+        now=now,
+        cancel_requested=bool(fresh.record.get("cancel_requested")),
+    )
+    return write_soon(store, job_id, attempt, decided)
 
 
 def write(

@@ -30,6 +30,7 @@ class Replay:
     limits: dict[str, Any]
     planned: dict[str, Any]
     truncated: bool  # the queue ran past the horizon: a job it lacks is further back
+    served: frozenset[str] = frozenset()  # the kinds some live worker claims
 
 
 _kept: weakref.WeakKeyDictionary[Any, Replay] = weakref.WeakKeyDictionary()

@@ -261,14 +261,18 @@ def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str,
     out = {}
     for row in queued:
         job_id, rec = row.record["job_id"], row.record
-        if job_id in planned:
-            out[job_id] = planned[job_id]
-            continue
-        # in-process (its owner starts it), or beyond the replayed horizon
         due: Any = rec.get("not_before")
         delayed = isinstance(due, (int, float)) and due > now + 0.5
         key: Any = rec.get("limit_key")
         lim = lims.get(key)
+        held = delayed or (lim is not None and limits.is_full(lim))
+        if not held and not liveness.runs_inproc(rec) and rec.get("kind") not in kept.served:
+            out[job_id] = waits.Wait(None, waits.unserved_text(str(rec.get("kind"))))
+            continue
+        if job_id in planned:
+            out[job_id] = planned[job_id]
+            continue
+        # in-process (its owner starts it), or beyond the replayed horizon
         if delayed:
             out[job_id] = waits.Wait(None, limits.delay_text(due - now))
         elif lim is not None and limits.is_full(lim):
@@ -286,10 +290,14 @@ def _replay(store: JobStore, now: float, config: JobsConfig) -> queue_view.Repla
         waits.Running(r.record.get("limit_key"), _remaining(r, now, config))
         for r in store.page(status="running", limit=waits.QUEUE_HORIZON)
     ]
-    slots = waits.worker_slots(store.runners(), now=now, stale_s=config.heartbeat_stale_s)
+    runners = store.runners()
+    seen = recovery.workers_seen(store, runners)
+    live = [r for r in runners if liveness.worker_alive(seen[r["runner_id"]], now, config)]
+    slots = waits.worker_slots(live, now=now, stale_s=config.heartbeat_stale_s)
     ahead = store.queue_ahead(limit=waits.QUEUE_HORIZON)
     planned = waits.plan_starts(ahead, running, slots=slots, limits=lims, now=now)
-    return queue_view.Replay(now, lims, planned, truncated=len(ahead) >= waits.QUEUE_HORIZON)
+    truncated = len(ahead) >= waits.QUEUE_HORIZON
+    return queue_view.Replay(now, lims, planned, truncated, waits.kinds_served(live))
 
 
 def _remaining(row: JobRow, now: float, config: JobsConfig) -> float | None:

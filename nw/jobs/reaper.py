@@ -103,16 +103,17 @@ class Reaper:
             for rid, w in workers.items()
             if not liveness.worker_alive(w, now, config)
         }
+        # A dead worker stays announced (read as lost) for LOST_KEPT_S after its
+        # last beat, so an operator sees what died; then its row goes.
+        for rid, beat_at in dead:
+            if now - beat_at > liveness.LOST_KEPT_S:
+                self.store.unregister_runner(rid)
         fresh = dead - self._swept
         self._swept &= dead  # forget workers that beat again or were pruned
         if not fresh:
             return []
         self._swept |= fresh
-        reaped = reap_stale(self.store, now, config, self.holds, workers)
-        for rid, _ in fresh:  # a provably gone worker's row is useless from now on
-            if workers[rid].gone:
-                self.store.unregister_runner(rid)
-        return reaped
+        return reap_stale(self.store, now, config, self.holds, workers)
 
 
 @dataclass(frozen=True)

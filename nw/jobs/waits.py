@@ -125,6 +125,18 @@ def _reason(now: float, due: float, limit: Limit | None) -> str | None:
     return None
 
 
+def kinds_served(runners: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """The kinds the given workers announced they claim."""
+    return frozenset(
+        str(kind) for r in runners if r.get("role") == "worker" for kind in r.get("kinds") or ()
+    )
+
+
+def unserved_text(kind: str) -> str:
+    """What holds a queued job that no live worker claims."""
+    return f"no worker serves {kind}"
+
+
 def worker_slots(runners: Sequence[Mapping[str, Any]], *, now: float, stale_s: float) -> int:
     """The slots of the live workers (those that beat within ``stale_s``)."""
     return sum(

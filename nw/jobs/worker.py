@@ -39,17 +39,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Literal
 
-from au import ComputationStatus
-
 from nw.errors import InvalidSetting, JobStoreError, NwJobsError
-from nw.jobs import credentials, kinds, outcome
+from nw.jobs import credentials, kinds, outcome, worker_cli
 from nw.jobs.body import Launch
-from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, WORKER_LOG_LEVELS, JobsConfig
+from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
 from nw.jobs.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import open_store
-from nw.jobs.stores.base import Refill, settled
+from nw.jobs.stores.base import Refill, settled_error
 from nw.project import Project, as_project
 
 log = logging.getLogger("nw.jobs.worker")
@@ -342,45 +340,44 @@ class Worker:
             self._unreserved.notify_all()
 
     def _launch_safely(self, rt: Runtime, row: JobRow) -> None:
-        """Launch one claimed job; whatever goes wrong fails that job, not the loop."""
+        """Launch one claimed job; whatever goes wrong ends that job (as the
+        outcome policy decides: ``outcome.end_unlaunched``), not the loop."""
         try:
             self._launch(rt, row)
         except Exception as exc:
-            job_id: str = row.record["job_id"]
+            job_id = row.record.get("job_id")
             if isinstance(exc, kinds.KindImportError):
                 message = str(exc)  # names the registered path that does not import
                 log.error("%s", exc)
             else:
                 message = f"the worker could not launch this job: {type(exc).__name__}: {exc}"
                 log.exception("job %s could not be launched", job_id)
-            # Not waited for here (this may be a committer's thread, launching a
-            # refill): the job keeps a slot until its failure is written.
+            # The job keeps a slot until its end is written. Not decided here:
+            # that reads the job again (a cancel asked since its claim wins), and
+            # this may be a committer's thread, launching a refill.
             with self._lock:
                 self._claiming += 1
+            ending = threading.Thread(
+                target=self._end_unlaunched,
+                args=(rt, row, message),
+                name=f"unlaunched-{str(job_id)[:12]}",
+                daemon=True,
+            )
+            try:
+                ending.start()
+            except RuntimeError:  # no thread to be had (the interpreter is exiting)
+                self._end_unlaunched(rt, row, message)
 
-            def hand_over() -> Future:
-                return rt.store.finish_soon(
-                    job_id,
-                    au_status=ComputationStatus.FAILED,
-                    result=None,
-                    error=message,
-                    fields={
-                        "finished_at": self.config.clock(),
-                        "error": message,
-                        "error_kind": "crashed",
-                        **outcome.closed_attempts(
-                            row.record, ended="failed", at=self.config.clock(), error=message
-                        ),
-                    },
-                    attempt=row.record.get("attempt"),
-                )
-
-            answer = settled(hand_over)  # building the write may raise too
-            written = answer if answer.exception() is not None else answer.result()
-            written.add_done_callback(lambda w: self._launch_failed(w, job_id))
+    def _end_unlaunched(self, rt: Runtime, row: JobRow, message: str) -> None:
+        job_id: Any = row.record.get("job_id")
+        try:
+            written = outcome.end_unlaunched(rt.store, row, message, self.config)
+        except Exception as exc:  # the read, or building the write, failed
+            written = settled_error(exc)
+        written.add_done_callback(lambda w: self._launch_failed(w, job_id))
 
     def _launch_failed(self, written: Future, job_id: str) -> None:
-        """A job that could not be launched: its failure written (or not), its slot free."""
+        """A job that could not be launched: its end written (or not), its slot free."""
         if written.exception() is not None:
             log.error(
                 "job %s: could not record the failed launch", job_id, exc_info=written.exception()
@@ -400,7 +397,8 @@ class Worker:
             fn=fn,
             project=_project_of(rt, self),
             setup=functools.partial(self._with_secrets, rec["kind"], rec.get("params") or {}),
-            retryable=spec.retryable,
+            # the run's policy as recorded when it began, as the reaper reads it too
+            retryable=outcome.RetryPolicy.of(rec, self.config).retryable,
             stopping=self.stopping,
             timeout_s=spec.timeout_s,
             cancel_on_timeout=spec.cancel_on_timeout,
@@ -540,70 +538,23 @@ def _load_secrets_provider(path: str) -> SecretsProvider:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nw-jobs worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--project", action="append", default=[], metavar="DIR")
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module that registers kinds (beside the nw.jobs.kinds entry points)",
-    )
-    parser.add_argument("--max-concurrent", type=int, default=None)
-    parser.add_argument("--database-url", default=None)
-    parser.add_argument("--secrets", default=None, metavar="MODULE:CALLABLE")
-    parser.add_argument("--heartbeat-interval", type=float, default=None)
-    parser.add_argument("--heartbeat-stale", type=float, default=None)
-    parser.add_argument("--worker-beat-interval", type=float, default=None, metavar="SECONDS")
-    parser.add_argument(
-        "--worker-stale",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="a worker silent this long while others beat is dead; its jobs are reaped (6)",
-    )
-    parser.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="how long SIGTERM waits for running bodies (default 30)",
-    )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,
-        choices=WORKER_LOG_LEVELS,
-        help="INFO (default) logs one line per job as it ends; DEBUG also its start;"
-        " WARNING only problems",
-    )
-    args = parser.parse_args(argv)
+    """``python -m nw.jobs.worker``: the same arguments as ``nw-jobs worker``."""
+    return serve(worker_cli.build_parser().parse_args(argv))
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run a worker as ``args`` say (``worker_cli``'s namespace), until a signal."""
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     here = os.getcwd()  # --import finds a module in the current folder, as uvicorn does
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)
-    for module in args.imports:
+    for module in args.imports or ():
         try:
             importlib.import_module(module)
         except Exception as exc:
             print(f"nw-jobs worker: cannot import {module!r}: {exc}", file=sys.stderr)
             return 2
-    overrides: dict[str, Any] = {}
-    if args.max_concurrent is not None:
-        overrides["max_concurrent"] = args.max_concurrent
-    if args.database_url:
-        overrides["database_url"] = args.database_url
-    if args.heartbeat_interval is not None:
-        overrides["heartbeat_interval_s"] = args.heartbeat_interval
-    if args.heartbeat_stale is not None:
-        overrides["heartbeat_stale_s"] = args.heartbeat_stale
-    if args.worker_beat_interval is not None:
-        overrides["worker_beat_interval_s"] = args.worker_beat_interval
-    if args.worker_stale is not None:
-        overrides["worker_stale_s"] = args.worker_stale
-    if args.shutdown_grace is not None:
-        overrides["shutdown_grace_s"] = args.shutdown_grace
+    overrides = worker_cli.config_overrides(args)
     # A stop asked for while the worker is being set up (it has announced itself
     # from then on) is kept and honoured once it exists: an exit, not a kill.
     asked_to_stop: list[int] = []

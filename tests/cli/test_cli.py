@@ -260,53 +260,6 @@ def test_watch_follows_a_running_job_to_its_end(project, gate):
     assert "succeeded" in out.splitlines()[-1]
 
 
-def test_worker_passes_its_arguments_through(monkeypatch, project):
-    # Given a worker module (written elsewhere) that records what it is given
-    import types
-
-    from nw import cli
-
-    seen = {}
-    fake = types.ModuleType("nw.jobs.worker")
-
-    def main(argv):
-        seen["argv"] = argv
-        return 7  # a code only the worker can give: the CLI must pass it on
-
-    fake.main = main
-    monkeypatch.setitem(sys.modules, "nw.jobs.worker", fake)
-    # When the CLI runs it with every declared option and one it does not know
-    code = cli.main(
-        [
-            "worker",
-            "--project",
-            "a",
-            "--project",
-            "b",
-            "--import",
-            "m.kinds",
-            "--max-concurrent",
-            "2",
-            "--poll",
-            "1",
-        ]
-    )
-    # Then the worker gets them all, in its own vocabulary, and its exit code is ours
-    assert code == 7
-    assert seen["argv"] == [
-        "--project",
-        "a",
-        "--project",
-        "b",
-        "--import",
-        "m.kinds",
-        "--max-concurrent",
-        "2",
-        "--poll",
-        "1",
-    ]
-
-
 def test_db_migrate_passes_the_url(monkeypatch):
     import types
 

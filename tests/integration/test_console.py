@@ -133,3 +133,55 @@ def test_an_idle_worker_reads_live_and_a_killed_one_lost(project, cfg):
         what="the killed worker read as lost",
     )
     assert lost["pid"] == worker.pid and lost["jobs"] == []
+
+
+def test_a_killed_worker_stays_listed_lost_after_a_reaper_judged_it(project, cfg):
+    from dataclasses import replace
+
+    from nw.jobs import liveness
+    from nw.jobs.reaper import Reaper
+    from nw.jobs.stores import shared_store
+
+    job = jobs.enqueue(project, "t.noop", {"i": 1}, config=cfg)
+    worker = start_worker(project, database_url=cfg.database_url)
+    try:
+        _ended(project, job.job_id, cfg, "succeeded")
+    finally:
+        worker.kill()  # no goodbye: its runner row stays behind
+        worker.wait()
+    # Given a reaper (as `serve` or another worker runs one) ticking after the kill
+    store = shared_store(project, cfg, create=True)
+    # (its full passes rare, so its ticks judge the dead as a worker's do after a beat)
+    reaper = Reaper(
+        store, replace(cfg, heartbeat_interval_s=600.0, heartbeat_stale_s=1200.0), lambda _id: False
+    )
+
+    def judged_and_listed():
+        reaper.tick()  # the tick that finds it dead comes before the read
+        return [w for w in jobs.workers(project, config=cfg) if w["state"] == "lost"]
+
+    # Then the killed worker is listed lost, not forgotten, once the reaper judged it
+    (lost,) = wait_until(judged_and_listed, what="the killed worker listed lost after a reap")
+    assert lost["pid"] == worker.pid
+    assert judged_and_listed() == [lost]  # and it stays listed on the next passes
+    # ... until an hour after its last beat, when the reaper removes its row
+    later = replace(cfg, clock=lambda: cfg.clock() + liveness.LOST_KEPT_S + 1)
+    Reaper(store, later, lambda _id: False).tick(full=True)
+    assert jobs.workers(project, config=later) == []
+
+
+def test_a_queued_job_no_live_worker_serves_says_so(project, cfg):
+    # Given a job of a kind no worker claims, and one of a kind a live worker claims
+    jobs.register_kind("t.unserved", "tests.fixtures.bodies:noop")
+    orphan = jobs.enqueue(project, "t.unserved", {"i": 1}, config=cfg)
+    # Then, with no worker at all, it says what holds it
+    assert jobs.get_job(project, orphan.job_id, config=cfg).waiting == "no worker serves t.unserved"
+    worker = start_worker(project, database_url=cfg.database_url)
+    try:
+        served = jobs.enqueue(project, "t.noop", {"i": 2}, config=cfg)
+        _ended(project, served.job_id, cfg, "succeeded")  # a live worker of other kinds
+        # And with a live worker that does not claim its kind, still
+        shown = jobs.get_job(project, orphan.job_id, config=cfg)
+        assert shown.status == jobs.QUEUED and shown.waiting == "no worker serves t.unserved"
+    finally:
+        stop(worker)

@@ -2,8 +2,11 @@
 
 After a clean close there is no ``-shm`` file, and SQLite in WAL mode wants to
 create one even to read. ``summarize`` (the read-only path) and ``list_jobs``
-(which then reads without reaping) must answer anyway. The reader runs as
-another user when the tests run as root (root may write anywhere), else the
+(which then reads without reaping) must answer anyway. When the tests run as
+root (who may write anywhere), the folder is given to ``nobody`` and the
+reader stays root but without the capabilities that override file modes, so
+it can still read the checkout and its virtual environment wherever they
+live (a private ``/root`` or ``mktemp -d`` folder included); otherwise the
 folder is made read-only for us.
 """
 
@@ -52,14 +55,22 @@ def shared_folder():
     shutil.rmtree(path, ignore_errors=True)
 
 
+# What lets root write where the mode says no: dropped from the reader's bounding
+# and inheritable sets before it starts, so uid 0 keeps only the owner's rights.
+OVERRIDES = "-dac_override,-fowner,-chown"
+
+
 def _read_as_someone_who_cannot_write(root: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-c", READ, str(root)]
     env = {**os.environ, "PYTHONPATH": REPO}
     env.pop("NW_JOBS_DATABASE_URL", None)
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
-            pytest.skip("needs setpriv to read as another user")
-        cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cmd]
+            pytest.skip("needs setpriv to read without root's overrides")
+        for sub in [root, *root.rglob("*")]:
+            os.chown(sub, NOBODY, NOBODY)
+            sub.chmod(0o755 if sub.is_dir() else 0o644)
+        cmd = ["setpriv", "--inh-caps=-all", f"--bounding-set={OVERRIDES}", *cmd]
     else:
         for sub in [root, *root.rglob("*")]:
             mode = sub.stat().st_mode

@@ -56,15 +56,19 @@ def test_a_retried_crash_waits_for_its_backoff_before_anyone_can_claim_it(
     assert attempt_in_run(again.record) == 2
 
 
-def test_a_crash_of_a_kind_the_worker_does_not_retry_fails(store, claimed, config):
+def test_a_crash_of_a_kind_the_worker_does_not_retry_fails(store, claimed, config, caplog):
     row = claimed(ID, retryable=True, max_attempts=3)
 
     def body(project, params):
-        raise RuntimeError("bug")
+        raise RuntimeError("upstream 502")
 
-    run_attempt(store, row, Launch(fn=body, project=None, retryable=False), config)
+    with caplog.at_level("ERROR", logger="nw.jobs"):
+        run_attempt(store, row, Launch(fn=body, project=None, retryable=False), config)
     got = store.get(ID)
     assert got.status.value == "failed" and got.record["error_kind"] == "crashed"
+    # the log says the error once, not twice ("... (RuntimeError: upstream 502)")
+    (line,) = [r.getMessage() for r in caplog.records if "crashed" in r.getMessage()]
+    assert line == f"job {ID} crashed: RuntimeError: upstream 502"
 
 
 def test_a_refusal_keeps_its_detail_and_hides_secrets(store, claimed, config):

@@ -1,5 +1,9 @@
 """The public surface is pinned: a change to it is a deliberate change to this test."""
 
+import json
+import subprocess
+import sys
+
 import nw.jobs
 
 EXPECTED = {
@@ -93,6 +97,7 @@ def test_all_is_exactly_the_public_surface():
         "wake",
         "web",
         "worker",
+        "worker_cli",
     }
     assert public - submodules - EXPECTED == set()
 
@@ -122,3 +127,12 @@ def test_every_public_name_resolves_and_a_worker_imports_neither_facade_nor_cons
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr  # a worker starts without them
+
+
+def test_dir_lists_the_lazily_imported_public_names():
+    # A fresh interpreter: nothing has touched the facade's names yet.
+    code = "import nw.jobs as j, json; print(json.dumps(dir(j)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    listed = set(json.loads(out.stdout))
+    assert {"enqueue", "get_job", "retry_job", "totals"} <= listed
+    assert set(nw.jobs.__all__) <= listed

@@ -44,3 +44,25 @@ def test_a_target_that_does_not_import_names_the_path(fresh_registry):
         spec.load()
     callable_spec = kinds.register_kind("c", len)
     assert callable_spec.load() is len and callable_spec.path == "builtins:len"
+
+
+def test_max_attempts_above_one_makes_a_kind_retryable(fresh_registry):
+    assert kinds.register_kind("k", "m:f", max_attempts=2).retryable
+    assert kinds.register_kind("k", "m:f", retryable=True, max_attempts=2).retryable
+    assert kinds.register_kind("k", "m:f", retryable=True).retryable
+    assert not kinds.register_kind("k", "m:f").retryable
+    assert not kinds.register_kind("k", "m:f", max_attempts=1).retryable
+
+
+def test_a_contradictory_retry_setting_is_refused_naming_both(fresh_registry):
+    with pytest.raises(ValueError, match=r"max_attempts=2 .* retryable=False") as refused:
+        kinds.register_kind("k", "m:f", retryable=False, max_attempts=2)
+    assert isinstance(refused.value, kinds.InvalidValue)
+    assert "'k'" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(TypeError, match="max_attempts must be a whole number"):
+        kinds.register_kind("k", "m:f", max_attempts=2.5)
+    with pytest.raises(TypeError, match="max_attempts must be a whole number"):
+        kinds.register_kind("k", "m:f", max_attempts=True)
+    with pytest.raises(TypeError, match="retryable must be True or False"):
+        kinds.register_kind("k", "m:f", retryable="yes")
+    assert kinds.kind_spec("k") is None  # nothing refused was registered

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from au import ComputationStatus
 
@@ -39,8 +41,31 @@ def test_a_retried_crash_is_due_after_its_backoff_not_at_once():
 def test_the_policy_takes_its_backoff_from_the_config_and_its_budget_from_the_record():
     policy = RetryPolicy.of({"retryable": True, "max_attempts": 4}, JobsConfig(retry_backoff_s=0.5))
     assert policy == RetryPolicy(retryable=True, max_attempts=4, backoff_s=0.5)
-    # a worker's kind registration overrides the record's flag
+    # a launch that says so overrides the record's flag
     assert not RetryPolicy.of({"retryable": True}, JobsConfig(), retryable=False).retryable
+
+
+def spec(retryable=False, max_attempts=None):
+    return SimpleNamespace(retryable=retryable, max_attempts=max_attempts)
+
+
+@pytest.mark.parametrize(
+    ("registered", "record", "policy"),
+    [
+        (spec(True, 4), None, (True, 4)),  # the kind's own budget
+        (spec(True), None, (True, 3)),  # a retryable kind without one: the config's
+        (spec(False), None, (False, 1)),  # not retried: one attempt, whatever the config
+        (None, None, (False, 1)),  # an in-process body, or no registration at all
+        (None, {"retryable": True, "max_attempts": 5}, (True, 5)),  # what the run was given
+        (spec(True, 2), {"retryable": False, "max_attempts": 1}, (True, 2)),  # registered wins
+    ],
+)
+def test_a_new_run_resolves_its_policy_from_the_kind_else_from_the_earlier_run(
+    registered, record, policy
+):
+    config = JobsConfig(max_attempts=3, retry_backoff_s=0.5)
+    resolved = RetryPolicy.resolve(registered, config, record=record)
+    assert (resolved.retryable, resolved.max_attempts) == policy and resolved.backoff_s == 0.5
 
 
 # ----- a body's endings ---------------------------------------------------------------
@@ -197,6 +222,36 @@ def test_a_job_queued_by_a_process_that_is_gone_fails_saying_it_never_ran():
     assert out.fields["error"].startswith(f"{REAPED_REASON} before it started")
 
 
+# ----- a launch that failed ----------------------------------------------------------
+def unlaunched(message="kind 'k' is registered to 'gone:f', which does not import"):
+    return Ending(Ended.UNLAUNCHED, NOW, error_kind="crashed", message=message)
+
+
+def test_a_failed_launch_of_a_kind_not_retried_fails_as_a_crash_with_its_reason():
+    out = decide(unlaunched(), rec(), NEVER, now=NOW, cancel_requested=False)
+    assert out.au_status is ComputationStatus.FAILED and not out.requeued
+    assert out.fields["error_kind"] == "crashed" and "'gone:f'" in out.fields["error"]
+    assert out.error == out.fields["error"] and out.fields["finished_at"] == NOW
+
+
+def test_a_failed_launch_spends_its_attempt_and_is_retried_after_the_backoff():
+    record = rec(attempt=3, base=1)  # the run's 2nd attempt of 3
+    out = decide(unlaunched(), record, RETRY3, now=NOW, cancel_requested=False, rand=lambda: 0)
+    assert out.requeued and out.due_at == NOW + backoff_delay(2, 2.0, 0.0)
+    assert "attempt_base" not in out.fields  # spent, not given back as a stop's is
+    assert out.fields["error_kind"] == "crashed" and "'gone:f'" in out.fields["error"]
+    last = decide(unlaunched(), rec(attempt=4, base=1), RETRY3, now=NOW, cancel_requested=False)
+    assert last.au_status is ComputationStatus.FAILED  # the 3rd attempt was the last
+
+
+def test_a_failed_launch_after_a_cancel_request_is_cancelled_and_says_both():
+    out = decide(unlaunched(), rec(), RETRY3, now=NOW, cancel_requested=True)
+    assert out.au_status is ComputationStatus.CANCELLED and not out.requeued
+    assert out.fields["error_kind"] == "cancelled"
+    assert out.fields["error"].startswith("cancelled on request before it started")
+    assert "'gone:f'" in out.fields["error"] and out.ended == "cancelled"
+
+
 # ----- the attempt's entry in Job.attempts --------------------------------------------
 def _open(lease=1):
     return {
@@ -221,6 +276,9 @@ def _open(lease=1):
         (Ending(Ended.STOPPED, NOW), RETRY3, False, "stopped"),
         (Ending(Ended.UNSTARTED, NOW), NEVER, False, "not started"),
         (Ending(Ended.UNSTARTED, NOW), RETRY3, True, "cancelled"),
+        (unlaunched(), NEVER, False, "failed"),
+        (unlaunched(), RETRY3, False, "requeued"),
+        (unlaunched(), RETRY3, True, "cancelled"),
         (Ending(Ended.LOST, NOW - 2), RETRY3, False, "worker lost"),
         (Ending(Ended.LOST, NOW - 2), NEVER, True, "worker lost"),
     ],

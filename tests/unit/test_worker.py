@@ -147,8 +147,11 @@ def test_a_job_that_cannot_launch_fails_and_frees_its_slot(project, worker, cloc
     wait_until(lambda: worker.busy == 0, what="its slot let go once the failure is written")
 
 
-def test_a_job_its_pool_refuses_fails_and_frees_its_slot(project, worker, clock, monkeypatch):
-    # Given a runtime whose pool refuses work (shut down under the worker)
+def test_a_job_its_pool_refuses_is_retried_as_its_kind_says_and_frees_its_slot(
+    project, worker, clock, monkeypatch
+):
+    # Given a runtime whose pool refuses work (shut down under the worker), and
+    # a retryable kind with two attempts
     (rt,) = worker.runtimes
 
     def refuse(*args, **kwargs):
@@ -158,8 +161,26 @@ def test_a_job_its_pool_refuses_fails_and_frees_its_slot(project, worker, clock,
     job = jobs.enqueue(project, KIND, {"refused": 1}, config=worker.config)
     # When the worker claims it, its launch fails after the runtime took it
     assert worker.claim_once() == 1
+    # Then the failed launch spent attempt 1 and the job is queued again, after
+    # its backoff, its attempt closed with the error
+    back = wait_until(
+        lambda: (
+            (j := jobs.get_job(project, job.job_id, config=worker.config)).status == jobs.QUEUED
+            and j
+        ),
+        what="the job its pool refused, queued again",
+    )
+    assert "cannot schedule" in back.error and back.error_kind == "crashed"
+    (first,) = back.attempts
+    assert first["ended"] == "requeued" and "cannot schedule" in first["error"]
+    wait_until(lambda: worker.busy == 0, what="the refused job's slot let go")
+    assert worker.claim_once() == 0  # not due before its backoff
+    # And the second failed launch, its last attempt, fails the job
+    clock.advance(60.0)
+    assert worker.claim_once() == 1
     failed = _wait_ended(project, worker, job.job_id, "the job its pool refused, failed")
     assert failed.status == jobs.FAILED and "cannot schedule" in failed.error
+    assert failed.attempt == 2 and [a["ended"] for a in failed.attempts] == ["requeued", "failed"]
     # Then no slot stays taken: not the worker's, not the runtime's
     wait_until(lambda: worker.busy == 0, what="the refused job's slot let go")
     assert rt.held_jobs() == [] and rt.wait_idle(timeout=0)
@@ -192,7 +213,9 @@ def test_a_launch_a_pool_queued_then_failed_runs_or_fails_never_both(
 
     pool.submit = queued_then_failed
     log = tmp_path / "ran.log"
-    job = jobs.enqueue(project, KIND, {"log": str(log), "i": 7}, config=worker.config)
+    jobs.register_kind("u.once", "tests.fixtures.bodies:noop")  # a failure is not retried
+    worker._kinds = ["u.once"]
+    job = jobs.enqueue(project, "u.once", {"log": str(log), "i": 7}, config=worker.config)
     try:
         assert worker.claim_once() == 1
         go.set()
