@@ -17,7 +17,9 @@
 set -euo pipefail
 
 src="$(cd "$(dirname "$0")/../.." && pwd)"
-python="${PYTHON:-python}"
+# The Python that builds and type-checks (it has `build` and `mypy`), resolved
+# now: once the fresh environment is first on PATH, `python` is that one.
+python="$(command -v "${PYTHON:-python}")" || { echo "no ${PYTHON:-python} on PATH" >&2; exit 1; }
 work="$(mktemp -d /tmp/nw-installed-wheel.XXXXXX)"
 server_pid=""
 worker_pid=""
