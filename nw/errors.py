@@ -104,9 +104,13 @@ class BudgetExceeded(NwJobsError):
         committed_is_lower_bound: bool = False,
         needs_approval: bool = False,
         actor: str | None = None,
+        budget: str | None = None,
     ):
         self.cap_usd = cap_usd
         self.actor = actor
+        self.budget = budget
+        """The key of the stored budget that refused (``jobs.list_budgets``), or None
+        for the caller's config caps."""
         self.committed_usd = committed_usd
         self.quote_usd = quote_usd
         self.committed_is_lower_bound = committed_is_lower_bound
@@ -120,7 +124,32 @@ class BudgetExceeded(NwJobsError):
         else:
             why = "nothing is left under the cap for a job whose cost is unknown"
         whose = f"{actor}'s spend cap" if actor else "spend cap"
+        if budget is not None:
+            whose = f"budget {budget!r}"
         super().__init__(f"{whose} {_money(cap_usd)}: {committed}; {why}")
+
+
+class ApprovalRequired(BudgetExceeded):
+    """The stored approval policy is ``required`` (``jobs.set_approval``) and
+    this job's estimate needs approval: it is enqueued only with
+    ``approved=True``; nothing was written."""
+
+    def __init__(self, *, quote_usd: float | None, threshold_usd: float):
+        self.cap_usd = threshold_usd
+        self.actor = None
+        self.budget = None
+        self.committed_usd = 0.0
+        self.quote_usd = quote_usd
+        self.committed_is_lower_bound = False
+        self.needs_approval = True
+        self.threshold_usd = threshold_usd
+        cost = "its cost is unknown" if quote_usd is None else f"its quote is {_money(quote_usd)}"
+        NwJobsError.__init__(
+            self,
+            f"approval required: {cost}, at or above the approval threshold of "
+            f"{_money(threshold_usd)}, and the approval policy is 'required'; "
+            "enqueue it with approved=True (--approve)",
+        )
 
 
 def _money(usd: float) -> str:

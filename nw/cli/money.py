@@ -88,6 +88,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     console.print(f"{gate} (threshold {usd(result['approval_threshold_usd'])})")
     if result.get("reason"):
         console.print(str(result["reason"]))
+    if result.get("approval_mode") == "required" and result.get("requires_approval"):
+        console.print("the approval policy is required: enqueue it with --approved")
+    warning = (result.get("accuracy") or {}).get("warning")
+    if warning:  # the quote stands; this says how recent bills compared with quotes
+        from rich.text import Text
+
+        console.print(Text(f"note: {warning}"))
     return EXIT_OK
 
 

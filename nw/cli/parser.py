@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from nw.cli import budget
 from nw.cli.common import (
     PROJECT_ENV,
     TOKEN_ENV,
@@ -146,7 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="import MODULE first (it registers kinds)",
     )
 
-    add("spend", cmd_spend, "spend today and this week by kind and actor; counts", [one, as_json])
+    p = add(
+        "spend", cmd_spend, "spend today and this week by kind and actor; counts", [one, as_json]
+    )
+    budget.add_accuracy_options(p, cmd_spend)
+    budget.add_parsers(add, [one, as_json])
 
     add("workers", cmd_workers, "the workers announced for this project", [one, as_json])
 
@@ -193,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1)")
     p.add_argument("--port", type=_positive_int, default=8765, help="port (8765)")
     p.add_argument("--token", help=f"require this bearer token (default: ${TOKEN_ENV})")
+    p.add_argument(
+        "--allow-network-without-token",
+        action="store_true",
+        help="serve a non-loopback --host with no token (anyone who reaches it can run jobs)",
+    )
     p.add_argument(
         "--import",
         dest="imports",

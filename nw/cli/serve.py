@@ -1,8 +1,17 @@
-"""``nw-jobs serve``: the web tray and JSON API under uvicorn."""
+"""``nw-jobs serve``: the web tray and JSON API under uvicorn.
+
+Where it listens decides what guards it: a loopback address (judged by
+address: ``127.1``, ``127.0.0.2``, ``::1`` and ``localhost`` alike) answers
+only to loopback host names, so a page on another site cannot DNS-rebind its
+way in; any other address (``0.0.0.0``, a LAN address) serves the network and
+refuses to start without a token unless the operator passes
+``--allow-network-without-token``, which is then said in a warning line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from typing import Any
 
@@ -15,39 +24,58 @@ from nw.cli.common import (
     _projects,
 )
 
+PORTS = range(1, 65536)
+UNGUARDED_FLAG = "--allow-network-without-token"
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
         from nw.jobs.web import create_app
+        from nw.jobs.web.security import LOOPBACK_HOSTS, is_loopback
     except ImportError as exc:
         raise UserError(
             f"serve needs the web extra ({exc.name} is missing): pip install 'nw-jobs[web]'"
         ) from None
+    if args.port not in PORTS:
+        raise UserError(f"--port must be from 1 to 65535, got {args.port}")
+    try:
+        loopback = is_loopback(args.host)
+    except (OSError, UnicodeError) as exc:
+        raise UserError(f"--host {args.host}: {getattr(exc, 'strerror', None) or exc}") from None
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    where = f"http://{_url_host(args.host)}:{args.port}/"
+    if not loopback and not token and not args.allow_network_without_token:
+        raise UserError(
+            f"--host {args.host} serves the network: give a token (--token or ${TOKEN_ENV}),"
+            f" or say {UNGUARDED_FLAG}"
+        )
     projects = _projects(args)
     _import_modules(args.imports or ())
-    token = args.token or os.environ.get(TOKEN_ENV) or None
-    from nw.jobs.web.app import LOOPBACK_HOSTS
-
     # Bound to loopback, only a loopback name may reach it: a page on another
     # site cannot DNS-rebind its way to the API.
-    loopback = args.host in ("127.0.0.1", "localhost", "::1")
     app = create_app(
         projects,
         token=token,
         max_body_bytes=args.max_body_bytes,
-        allowed_hosts=LOOPBACK_HOSTS if loopback else None,
+        allowed_hosts=(*LOOPBACK_HOSTS, args.host) if loopback else None,
     )
     closing = app.state.closing
     _port_free(args.host, args.port)
-    where = f"http://{args.host}:{args.port}/"
     console = _console(stderr=True)
     console.print(
         f"nw-jobs tray on {where} for {', '.join(str(p.root) for p in projects)}", soft_wrap=True
     )
+    if not loopback and not token:
+        console.print(
+            f"warning: {where} serves the network with no token:"
+            " anyone who reaches it can start, retry and cancel jobs",
+            soft_wrap=True,
+        )
     if token:
-        # The page trades ?token= for an HttpOnly cookie and drops it from the address bar.
+        # The page trades ?token= for an HttpOnly cookie with a 303 to the bare
+        # page, so the token URL leaves the address bar and the history.
         console.print(f"bearer token required; open {where}?token={token}", soft_wrap=True)
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3
@@ -62,6 +90,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server.handle_exit = handle_exit  # type: ignore[method-assign]
     server.run()
     return EXIT_OK
+
+
+def _url_host(host: str) -> str:
+    """``host`` as a URL spells it (an IPv6 address in brackets)."""
+    try:
+        return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
+    except ValueError:
+        return host
 
 
 def _port_free(host: str, port: int) -> None:

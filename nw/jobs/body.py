@@ -306,10 +306,7 @@ def _ending(
     return outcome.Ending(how, now, error_kind=kind, message=message, fields=fields)
 
 
-_PER_ATTEMPT = (
-    "error", "error_kind", "error_detail", "stage_index", "stage_count", "current_transform",
-    "fraction", "progress_at", "pct_floor", "overdue_at",
-)  # fmt: skip
+_PER_ATTEMPT = ("error", "error_kind", "error_detail", *events.PROGRESS_FIELDS)
 
 
 def _fresh_attempt(store: JobStore, row: JobRow) -> JobRow:

@@ -10,12 +10,12 @@ keeps the spend it deletes in the store's per-day rollup, so a budget,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs import eta, ids, kinds, limits, liveness, outcome, recovery
+from nw.jobs import budgets, eta, ids, kinds, limits, liveness, outcome, recovery
 from nw.jobs.checks import _could_name_a_job
 from nw.jobs.costing import Quote, quote_for
 from nw.jobs.handles import ProjectLike, _reader
@@ -27,7 +27,8 @@ from nw.project import Project, as_project
 
 #: The statuses a retry takes: a live job is running, a succeeded one is done.
 RETRYABLE = ("failed", "cancelled")
-#: How long a lost worker stays listed after its last beat (then it is history).
+#: The "by actor" row of the jobs enqueued without an actor.
+NO_ACTOR = "(no actor)"
 #: The page size a bulk retry walks the history with.
 _WALK = 500
 
@@ -96,6 +97,16 @@ def retry_jobs(
             has_unknown_costs=unknown,
         )
         whole.gate(store, approved=approved, config=config)
+    budgets.gate_stored(  # the stored policy over the batch first: refused whole
+        store,
+        [quote for _, quote in runs],
+        [budgets.who_of(record.get("actor"), str(record["kind"])) for record, _ in runs],
+        budgets.policy_of(store),
+        approved=approved,
+        config=config,
+        now=config.clock(),
+        names=[f"job {record['job_id']}" for record, _ in runs],
+    )
     return [
         _create(store, record, quote, approved=approved, config=config) for record, quote in runs
     ]
@@ -176,13 +187,17 @@ def _create(
     job_id, who, now = record["job_id"], record.get("actor"), config.clock()
     quote.gate(store, approved=approved, config=config, job_id=job_id)
     quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
-    admit = None
+    admit: Callable[[], None] | None = None
     if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
         def admit() -> None:  # again inside the create, where enqueues serialise
             quote.gate(store, approved=approved, config=config, job_id=job_id)
             quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
 
+    kind = str(record.get("kind"))  # the stored spend policy, in the same admit
+    admit = budgets.admit_one(
+        admit, store, quote, who, kind, approved=approved, config=config, now=now
+    )
     # A concurrent retry that got there first is returned as it is (live).
     row, _ = store.create(record, claimable=True, admit=admit)
     return to_job(row, config.clock(), config)
@@ -259,8 +274,8 @@ def _spend(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in rows:
         usd = float(r["usd"] or 0.0)
         by_kind[r["kind"]] = round(by_kind.get(r["kind"], 0.0) + usd, 6)
-        if r["actor_id"]:
-            by_actor[r["actor_id"]] = round(by_actor.get(r["actor_id"], 0.0) + usd, 6)
+        actor = r["actor_id"] or NO_ACTOR  # so the rows add up to the total
+        by_actor[actor] = round(by_actor.get(actor, 0.0) + usd, 6)
     return {
         "usd": round(sum(float(r["usd"] or 0.0) for r in rows), 6),
         "lower_bound": any(r["lower_bound"] for r in rows),

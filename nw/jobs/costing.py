@@ -26,7 +26,7 @@ from typing import Any
 
 from nw import plans, pricing
 from nw.jobs import ids
-from nw.jobs.errors import BudgetExceeded
+from nw.jobs.errors import BudgetExceeded, InvalidValue
 from nw.jobs.model import ACTIVE_STATUSES, UNREADABLE_PLAN_REASON, JobsConfig
 from nw.project import Project
 
@@ -162,6 +162,7 @@ def refuse_over(
     approved: bool,
     who: str | None = None,
     names: Sequence[str | None] | None = None,
+    budget: str | None = None,
 ) -> None:
     """Refuse the first of ``quotes`` that, added in turn to the committed
     spend in ``totals``, would go past ``cap`` (an unknown quote passes only
@@ -184,6 +185,7 @@ def refuse_over(
             committed_is_lower_bound=lower,
             needs_approval=usd is None and not approved,
             actor=who,
+            budget=budget,
         )
         name = names[k] if names is not None else None
         if name is not None:
@@ -225,6 +227,11 @@ def quote_for(
     """The quote for these params (see the module doc). For ``enqueue``
     (``for_estimate=False``) an unidentifiable plan raises ``PlanError``."""
     caller = _usd(params.get("estimated_usd"))
+    if caller is None and params.get("estimated_usd") is not None:
+        raise InvalidValue(
+            "params['estimated_usd'] must be a finite number of dollars from 0, got "
+            f"{params.get('estimated_usd')!r}"
+        )
     if params.get("plan") is None:
         return Quote(
             identity=ids.params_hash(params),

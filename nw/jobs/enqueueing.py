@@ -12,7 +12,7 @@ from typing import Any
 from au.base import ComputationBackend
 
 from nw.errors import InvalidType, InvalidValue, UnknownKind
-from nw.jobs import costing, credentials, eta, ids, kinds, limits, outcome, recovery
+from nw.jobs import budgets, costing, credentials, eta, ids, kinds, limits, outcome, recovery
 from nw.jobs.body import Launch
 from nw.jobs.checks import _actor, _check_not_before, _check_priority
 from nw.jobs.costing import quote_for
@@ -210,13 +210,17 @@ def enqueue(
     plan = eta.eta_plan(item.params, item.units, config)
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
     record = _new_record(item, plan, samples, rt, config)
-    admit = None
+    admit: Callable[[], None] | None = None
     if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
         def admit() -> None:
             quote.gate(store, approved=approved, config=config, job_id=job_id)
             quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
 
+    # the stored spend policy, in the same admit (every door: nw/jobs/budgets.py)
+    admit = budgets.admit_one(
+        admit, store, quote, who, item.kind, approved=approved, config=config, now=now
+    )
     # Called before anything is written: a hook that fails leaves no job behind.
     capture = capture_context() if (capture_context is not None and fn is not None) else None
     # The caller's fal key, read on its thread: the body's pool thread cannot see it.
@@ -372,12 +376,22 @@ def enqueue_many(
         for n, plan in zip(unique, plans, strict=True)
     ]
     claimable = [prepared[n].fn is None for n in unique]
-    admit = None
+    admit: Callable[[list[int]], None] | None = None
     if gated:
 
         def admit(positions: list[int]) -> None:
             gate(positions, store)
 
+    admit = budgets.admit_batch(  # the stored spend policy over the batch as a whole
+        admit,
+        store,
+        [prepared[n].quote for n in unique],
+        [budgets.who_of(prepared[n].actor, prepared[n].kind) for n in unique],
+        [f"item {n}" for n in unique],
+        approved=approved,
+        config=config,
+        now=now,
+    )
     results = store.create_many(records, claimable=claimable, admit=admit)
     # A live duplicate whose worker died is closed now and created again, as
     # ``enqueue`` does (a second, small transaction: only those items).
@@ -387,8 +401,10 @@ def enqueue_many(
         if not made and _dead_duplicate(store, row, rt, config)
     ]
     if again:
+        # admit's positions are the batch's: map the redo's back to them
+        readmit = None if admit is None else (lambda ps, f=admit: f([again[p] for p in ps]))
         redo = store.create_many(
-            [records[k] for k in again], claimable=[claimable[k] for k in again], admit=admit
+            [records[k] for k in again], claimable=[claimable[k] for k in again], admit=readmit
         )
         for k, pair in zip(again, redo, strict=True):
             results[k] = pair

@@ -10,6 +10,7 @@ how it ended. See ``nw.errors`` for the whole tree.
 from __future__ import annotations
 
 from nw.errors import (
+    ApprovalRequired,
     BudgetExceeded,
     ConfigError,
     InvalidInput,
@@ -33,6 +34,7 @@ from nw.errors import (
 from nw.jobs.model import ERROR_KIND_CANCELLED, ERROR_KIND_CRASHED, ERROR_KIND_REFUSED
 
 __all__ = [
+    "ApprovalRequired",
     "BudgetExceeded",
     "ConfigError",
     "InvalidInput",
@@ -59,8 +61,9 @@ __all__ = [
 def error_kind_of(error: BaseException) -> str:
     """``refused`` | ``cancelled`` | ``crashed`` for an exception a job raised.
 
-    >>> [error_kind_of(e) for e in (JobRefused("no song"), JobCancelled(), ValueError())]
-    ['refused', 'cancelled', 'crashed']
+    Examples:
+        >>> [error_kind_of(e) for e in (JobRefused("no song"), JobCancelled(), ValueError())]
+        ['refused', 'cancelled', 'crashed']
     """
     if isinstance(error, JobRefused):
         return ERROR_KIND_REFUSED

@@ -143,6 +143,29 @@ def progress_beat(event: Mapping[str, Any], now: float) -> dict[str, Any] | None
     }
 
 
+#: What one attempt's progress leaves in the record; a requeued job reads from
+#: zero again (not "3 of 4 done" from the attempt that was lost).
+PROGRESS_FIELDS = (
+    "stage_index", "stage_count", "current_transform", "fraction", "progress_at", "pct_floor",
+    "overdue_at",
+)  # fmt: skip
+
+
+def requeue_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Fields for a requeue: the attempt's progress cleared, its spend carried."""
+    cleared = {name: None for name in PROGRESS_FIELDS if record.get(name) is not None}
+    return {**cleared, **carry_cost(record)}
+
+
+def stages_done(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Fields for a success: every declared stage is done (the body emitted the
+    index of its last stage when that stage began)."""
+    count = record.get("stage_count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return {"stage_index": count}
+    return {}
+
+
 def carry_cost(record: Mapping[str, Any]) -> dict[str, Any]:
     """Fields for a requeue: what this attempt spent is kept as spent by
     earlier attempts, so a retried job's actual is the sum over attempts."""

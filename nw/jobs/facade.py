@@ -8,6 +8,8 @@ and write nothing at all (no reap, no progress floor).
 
 from __future__ import annotations
 
+from nw.jobs.accuracy import cost_accuracy
+from nw.jobs.budgets import get_approval, list_budgets, remove_budget, set_approval, set_budget
 from nw.jobs.checks import GRADES, _could_name_a_job
 from nw.jobs.enqueueing import enqueue, enqueue_many
 from nw.jobs.handles import ProjectLike, _reader
@@ -31,14 +33,20 @@ __all__ = [
     "GRADES",
     "ProjectLike",
     "cancel_job",
+    "cost_accuracy",
     "cursor_of",
     "enqueue",
     "enqueue_many",
     "estimate",
+    "get_approval",
     "get_job",
     "get_job_progress",
+    "list_budgets",
     "list_jobs",
     "list_limits",
+    "remove_budget",
+    "set_approval",
+    "set_budget",
     "set_limit",
     "snapshot",
     "spend",

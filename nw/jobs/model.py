@@ -6,6 +6,7 @@ reads a ``Job`` back into a store.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -176,12 +177,24 @@ class JobsConfig:
             "max_concurrent": self.max_concurrent >= 1,
             "max_attempts": self.max_attempts >= 1,
             "dur_buckets_s": list(self.dur_buckets_s) == sorted(self.dur_buckets_s),
-            "actor_budget_usd": self.actor_budget_usd is None or self.actor_budget_usd >= 0,
+            "actor_budget_usd": _usd_or_none(self.actor_budget_usd),
+            "budget_usd": _usd_or_none(self.budget_usd),
+            "approval_threshold_usd": self.approval_threshold_usd is not None
+            and _usd_or_none(self.approval_threshold_usd),
             "actor_budget_window_s": self.actor_budget_window_s > 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise InvalidSetting(f"JobsConfig: invalid value for {', '.join(bad)}")
+
+
+def _usd_or_none(value: object) -> bool:
+    """None, or a finite dollar figure from 0 (no NaN, no bool)."""
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and value >= 0
 
 
 DEFAULT_CONFIG = JobsConfig()

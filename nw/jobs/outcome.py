@@ -186,9 +186,18 @@ def decide(
     ended, and its error)."""
     decided = _decide(ending, record, policy, now=now, cancel_requested=cancel_requested, rand=rand)
     word = _ended_word(ending, decided, cancel_requested)
-    error = decided.fields.get("error") or decided.error
+    error = _attempt_error(word, decided.fields.get("error") or decided.error)
     closed = closed_attempts(record, ended=word, at=ending.at, error=error)
     return dataclasses.replace(decided, ended=word, fields={**decided.fields, **closed})
+
+
+def _attempt_error(word: str, error: str | None) -> str | None:
+    """The attempt's error beside the word it ended with: the job's error
+    without a repeat of the word ("worker lost" + "retrying as attempt 2", not
+    "worker lost: worker lost; retrying as attempt 2")."""
+    if error is None or not error.startswith(word):
+        return error
+    return error[len(word) :].lstrip(" ;:") or None
 
 
 def _ended_word(ending: Ending, decided: Outcome, cancel_requested: bool) -> str:
@@ -238,7 +247,13 @@ def _decide(
     if cancel_requested:
         return _cancelled(ending)
     if how is Ended.RETURNED:
-        fields = {**ending.fields, "finished_at": ending.at, "error": None, "error_kind": None}
+        fields = {
+            **events.stages_done(record),
+            **ending.fields,
+            "finished_at": ending.at,
+            "error": None,
+            "error_kind": None,
+        }
         return Outcome(ComputationStatus.COMPLETED, fields, note="succeeded")
     if how is Ended.ORPHANED:
         gone = "the process that queued it is gone"
@@ -251,7 +266,7 @@ def _decide(
         )
         return Outcome(
             ComputationStatus.PENDING,
-            {**fields, **events.carry_cost(record)},
+            {**fields, **events.requeue_fields(record)},
             due_at=now,
             note=f"put back in the queue for the next worker ({why})",
         )
@@ -272,7 +287,7 @@ def _decide(
         fields = {"error": error, "error_kind": ERROR_KIND_CRASHED}
         return Outcome(
             ComputationStatus.PENDING,
-            {**fields, **events.carry_cost(record)},
+            {**fields, **events.requeue_fields(record)},
             due_at=now + delay,
             note=f"{'worker lost' if lost else 'crashed'}; retrying as attempt {done + 1}"
             f" in {delay:.1f}s",

@@ -169,6 +169,19 @@ def _dt(ts: Any) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
 
 
+def queued_since(record: Mapping[str, Any], until: float) -> float:
+    """When the job was last put in the queue before ``until``: its creation, or
+    the end of its last attempt (a requeued job's wait does not count the run
+    that came before it)."""
+    since = float(record["created_at"])
+    attempts = record.get("attempts")
+    for a in attempts if isinstance(attempts, list) else ():
+        ended = a.get("ended_at") if isinstance(a, Mapping) else None
+        if isinstance(ended, (int, float)) and not isinstance(ended, bool) and ended <= until:
+            since = max(since, float(ended))
+    return since
+
+
 def to_job(
     row: JobRow,
     now: float,
@@ -190,7 +203,8 @@ def to_job(
     )
     queue_wait = None
     if created is not None:
-        queue_wait = (started if started is not None else (finished or now)) - created
+        until = started if started is not None else (finished or now)
+        queue_wait = until - queued_since(rec, until)
     elapsed = None
     if started is not None:
         elapsed = (finished if finished is not None else now) - started

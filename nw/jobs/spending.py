@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nw.errors import InvalidType
-from nw.jobs import costing, ids
+from nw.jobs import accuracy, budgets, costing, ids
 from nw.jobs.costing import quote_for
 from nw.jobs.handles import ProjectLike, _reader
 from nw.jobs.model import (
@@ -33,15 +33,31 @@ def estimate(
     reported, never used). A plan that cannot be read gives
     ``estimated_usd: None`` and ``reason: UNREADABLE_PLAN_REASON`` (the error
     goes to the log). Without a plan the estimate is ``params["estimated_usd"]``
-    and ``quote`` is None. Unknown cost always requires approval. Raises
+    and ``quote`` is None. Unknown cost always requires approval.
+
+    Beside them: ``approval_mode`` (``advisory`` or ``required``, the stored
+    approval policy, whose threshold, when stored, is the one used), and
+    ``accuracy``: the kind's recent quote-against-bill figure
+    (``{jobs, median_ratio, over_usd, warning}``, ``warning`` a sentence when
+    recent actuals ran more than 20% above their quotes; None without
+    enough history). The quote itself is never adjusted. Raises
     ``InvalidValue`` (a ``ValueError``) on malformed ``units``, like ``enqueue``.
     """
     if not isinstance(params, Mapping):
         raise InvalidType(f"params must be a dict, not {type(params).__name__}")
     ids.check_json_params({k: v for k, v in params.items() if k != "plan"})
     ids.check_units(params)
-    quote = quote_for(as_project(project), kind, dict(params), config, for_estimate=True)
-    return quote.as_estimate(config)
+    proj = as_project(project)
+    quote = quote_for(proj, kind, dict(params), config, for_estimate=True)
+    out = quote.as_estimate(config)
+    store, _ = _reader(proj, config)  # the stored policy and the kind's recent bills
+    policy = budgets.policy_of(store)
+    threshold = policy.threshold(config)
+    needs = policy.requires_approval(quote.estimated_usd, config)
+    out.update(approval_threshold_usd=threshold, requires_approval=needs)
+    out["approval_mode"] = policy.mode
+    out["accuracy"] = accuracy.drift_of(store, kind, config.clock())
+    return out
 
 
 def spend(
@@ -59,14 +75,23 @@ def spend(
     jobs plus the estimates of live ones. ``is_lower_bound`` is True when a
     finished job's actual is a lower bound or was never reported, or a live
     job's estimate is unknown: the real total may be higher (and
-    ``remaining_usd`` lower)."""
+    ``remaining_usd`` lower). ``budgets``: the stored budgets that count it,
+    each as ``list_budgets`` shows it (spent of cap in its own window)."""
     store, _ = _reader(as_project(project), config)
     if actor is None:
         totals = store.spend() if store is not None else costing.NO_SPEND
-        return costing.spend_view(totals, config)
+        return {**costing.spend_view(totals, config), "budgets": _stored(project, None, config)}
     if not isinstance(actor, str) or not actor:
         raise InvalidType("actor must be a non-empty id string")
     since = config.clock() - config.actor_budget_window_s
     totals = store.spend(actor_id=actor, since=since) if store is not None else costing.NO_SPEND
     view = costing.spend_view(totals, config, cap=config.actor_budget_usd)
-    return {**view, "actor": actor, "window_s": config.actor_budget_window_s}
+    stored = _stored(project, actor, config)
+    return {**view, "actor": actor, "window_s": config.actor_budget_window_s, "budgets": stored}
+
+
+def _stored(project: ProjectLike, actor: str | None, config: JobsConfig) -> list[dict[str, Any]]:
+    """The stored budgets that count this spend (``budgets.list_budgets``): all
+    of them, or those over every actor or this one."""
+    rows = budgets.list_budgets(project, config=config)
+    return rows if actor is None else [b for b in rows if b["actor"] in (None, actor)]

@@ -103,8 +103,6 @@ def finished(project, job_id, config):
         ({}, None, True),
         ({"estimated_usd": 0.5}, 0.5, False),
         ({"estimated_usd": 1.0}, 1.0, True),
-        ({"estimated_usd": -1}, None, True),
-        ({"estimated_usd": "cheap"}, None, True),
     ],
 )
 def test_without_a_plan_the_callers_figure_is_the_estimate(project, params, usd, needs):
@@ -115,7 +113,15 @@ def test_without_a_plan_the_callers_figure_is_the_estimate(project, params, usd,
         "approval_threshold_usd": 1.0,
         "requires_approval": needs,
         "quote": None,
+        "approval_mode": "advisory",
+        "accuracy": None,
     }
+
+
+@pytest.mark.parametrize("bad", [-1, "cheap", float("nan"), float("inf"), True])
+def test_a_callers_figure_that_is_no_dollar_amount_is_refused_not_ignored(project, bad):
+    with pytest.raises(jobs.InvalidInput, match=r"estimated_usd"):
+        jobs.estimate(project, "r", {"estimated_usd": bad})
 
 
 def test_with_a_plan_todays_quote_decides_and_the_callers_figure_is_only_reported(
@@ -485,6 +491,7 @@ def test_spend_of_a_project_that_never_ran_a_job_is_zero_and_writes_nothing(proj
         "is_lower_bound": False,
         "budget_usd": 2.0,
         "remaining_usd": 2.0,
+        "budgets": [],
     }
     assert not db_path(project).exists()
 

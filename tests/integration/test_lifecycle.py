@@ -81,9 +81,12 @@ def test_the_body_gets_only_the_keywords_it_declares(project, cfg):
 def test_events_are_stamped_forwarded_and_mirrored(project, cfg):
     forwarded = []
 
-    def body(project, params, *, on_event):
+    mid_run = []
+
+    def body(project, params, *, on_event, job_id):
         on_event({"index": 1, "stage_count": 4, "transform": "upscale"})
         on_event({"stage_index": 2, "index": 9, "current_transform": "color", "transform": "x"})
+        mid_run.append(jobs.get_job(project, job_id, config=cfg).progress)
         on_event({"kind": "cache_hit", "cache_hit_savings_usd": 0.25})
         on_event({"actual_usd": 0.5, "has_unknown_costs": True, "clip_artifact_id": "art-7"})
         on_event("a plain string event")
@@ -93,9 +96,14 @@ def test_events_are_stamped_forwarded_and_mirrored(project, cfg):
         project, "render", {}, dispatch={"render": body}, on_event=forwarded.append, config=cfg
     )
     done = finished(project, job.job_id, cfg)
+    # a success reads every declared stage done; the transform is the explicit key's
     assert done.progress == jobs.JobProgress(
-        stage_index=2, stage_count=4, current_transform="color", fraction=None
+        stage_index=4, stage_count=4, current_transform="color", fraction=None
     )
+    # while it ran, the explicit keys won over their aliases (2 of 4, not 9; not "x")
+    assert mid_run == [
+        jobs.JobProgress(stage_index=2, stage_count=4, current_transform="color", fraction=None)
+    ]
     assert done.cached is True
     assert done.artifact_ref == "art-7"
     assert done.cost.actual_usd == 0.75  # the terminal result reconciles the total

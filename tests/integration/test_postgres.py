@@ -99,6 +99,8 @@ def test_migrate_is_versioned_idempotent_and_safe_from_two_hosts_at_once(fresh_d
     assert sorted(name for applied in results for name in applied) == every
     assert migrate(fresh_db) == []
     assert set(_tables(fresh_db)) == {
+        "approval",
+        "budgets",
         "durations",
         "jobs",
         "limits",
@@ -429,7 +431,7 @@ def test_migrating_to_one_row_per_job_keeps_every_status_entry(fresh_db, monkeyp
         conn.execute(status_sql, ("cancel", "cancelled", None, None, "cancel requested", None))
         conn.execute(status_sql, ("run", "running", None, None, None, None))
     # When it is migrated
-    assert migrate(fresh_db) == ["0004_one_row.sql"]
+    assert migrate(fresh_db) == ["0004_one_row.sql", "0005_budgets.sql"]
     assert "status" not in _tables(fresh_db)
     # Then every job reads as it did, its entry now in its own row
     store = PostgresJobStore(fresh_db, "p1")

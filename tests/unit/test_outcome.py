@@ -288,15 +288,69 @@ def test_the_outcome_closes_the_attempt_saying_why_it_ended(ending, policy, canc
     out = decide(ending, record, policy, now=NOW, cancel_requested=cancel, rand=lambda: 0)
     first, last = out.fields["attempts"]
     assert first == record["attempts"][0]  # earlier attempts are left as they were
-    assert last == {
-        **_open(),
-        "ended": word,
-        "ended_at": ending.at,
-        "error": out.fields.get("error") or out.error,
-    }
+    error = out.fields.get("error") or out.error
+    if error is not None and error.startswith(word):  # not the word twice
+        error = error[len(word) :].lstrip(" ;:") or None
+    assert last == {**_open(), "ended": word, "ended_at": ending.at, "error": error}
+
+
+def test_a_lost_attempt_s_error_does_not_repeat_how_it_ended():
+    record = rec(attempts=[_open()])
+    out = decide(Ending(Ended.LOST, NOW - 2), record, RETRY3, now=NOW, cancel_requested=False)
+    assert out.fields["error"] == "worker lost; retrying as attempt 2"  # the job's
+    (closed,) = out.fields["attempts"]
+    assert (closed["ended"], closed["error"]) == ("worker lost", "retrying as attempt 2")
 
 
 def test_no_entry_is_closed_that_is_not_the_current_attempts():
     stale = rec(attempt=2, attempts=[_open(lease=1)])  # its claim was not recorded
     assert "attempts" not in decide(crash(), stale, NEVER, now=NOW, cancel_requested=False).fields
     assert "attempts" not in decide(crash(), rec(), NEVER, now=NOW, cancel_requested=False).fields
+
+
+# ----- what a requeued or finished job's progress reads ------------------------------
+def test_a_requeued_job_reads_its_progress_from_zero_and_keeps_what_it_spent():
+    # Given an attempt lost at "download", 3 of 4 stages done, having spent $0.40
+    lost_at = rec(
+        attempt=1, stage_index=3, stage_count=4, current_transform="download", fraction=0.5,
+        pct_floor=70.0, actual_usd=0.4,
+    )  # fmt: skip
+    out = decide(
+        Ending(Ended.LOST, LAST_BEAT), lost_at, RETRY3, now=NOW, cancel_requested=False,
+        rand=lambda: 0,
+    )  # fmt: skip
+    # Then the queued job says nothing of that attempt's stages, and its spend is carried
+    assert out.requeued
+    for name in ("stage_index", "stage_count", "current_transform", "fraction", "pct_floor"):
+        assert name in out.fields and out.fields[name] is None
+    assert out.fields["prior_actual_usd"] == 0.4 and out.fields["actual_usd"] is None
+
+
+def test_a_success_reads_every_declared_stage_done():
+    # Given a body that began its 4th and last stage (index 3) and returned
+    ran = rec(attempt=1, stage_index=3, stage_count=4, current_transform="download")
+    out = decide(Ending(Ended.RETURNED, NOW), ran, RETRY3, now=NOW, cancel_requested=False)
+    assert out.fields["stage_index"] == 4  # "4 of 4 done", not "3 of 4"
+    # and a body that declared no stages gets none
+    plain = decide(Ending(Ended.RETURNED, NOW), rec(), RETRY3, now=NOW, cancel_requested=False)
+    assert "stage_index" not in plain.fields
+
+
+def test_a_requeued_job_s_queue_wait_counts_from_its_requeue_not_its_creation():
+    from nw.jobs.records import JobRow, to_job
+
+    # Given a job created at T, whose first attempt ran 10 s and was lost at T+11,
+    # and whose second attempt started at T+14
+    t = NOW - 60
+    record = rec(
+        attempt=2, created_at=t, started_at=t + 14,
+        attempts=[
+            {"attempt": 1, "lease": 1, "started_at": t + 1, "ended_at": t + 11, "ended": "lost"},
+            {"attempt": 2, "lease": 2, "started_at": t + 14},
+        ],
+    )  # fmt: skip
+    job = to_job(JobRow(record, "running"), NOW, JobsConfig())
+    assert job.queue_wait_s == 3.0  # not 14: the first run is not waiting
+    # and a job that never ran waited since its creation
+    fresh = to_job(JobRow(rec(created_at=t, started_at=t + 2), "running"), NOW, JobsConfig())
+    assert fresh.queue_wait_s == 2.0

@@ -25,6 +25,8 @@ from nw.jobs.kinds import register_kind, unregister_kind
 from nw.jobs.web import create_app
 from tests.helpers import wait_until
 
+JSON = {"content-type": "application/json"}  # what a POST must say it sends
+
 NO_SUCH_JOB = "0" * 64
 
 
@@ -147,7 +149,7 @@ def test_bad_ids_are_400_on_every_id_route(client, bad):
         ("POST", f"/api/jobs/{bad}/cancel"),
         ("GET", f"/api/jobs/{bad}/events"),
     ]:
-        response = client.request(method, path)
+        response = client.request(method, path, headers=JSON)
         if response.status_code == 404:  # a path-like id never reaches the route
             assert "/" in bad and "error" in response.json()
             continue
@@ -161,7 +163,7 @@ def test_unknown_ids_are_404_on_every_id_route(client):
         ("POST", f"/api/jobs/{NO_SUCH_JOB}/cancel"),
         ("GET", f"/api/jobs/{NO_SUCH_JOB}/events"),
     ]:
-        response = client.request(method, path)
+        response = client.request(method, path, headers=JSON)
         assert response.status_code == 404, (method, path)
         assert response.json() == {"error": f"no job {NO_SUCH_JOB}"}
 
@@ -170,7 +172,7 @@ def test_unknown_ids_are_404_on_every_id_route(client):
 def test_cancel_stops_a_running_job(client, project, gate):
     job = enqueue(project, "held", {}, dispatch={"held": gate})
     assert gate.started.wait(5)
-    response = client.post(f"/api/jobs/{job.job_id}/cancel")
+    response = client.post(f"/api/jobs/{job.job_id}/cancel", headers=JSON)
     assert response.status_code == 200
     assert response.json()["status"] in ("cancelling", "cancelled")
     final = _finished(project, job)
@@ -179,15 +181,15 @@ def test_cancel_stops_a_running_job(client, project, gate):
 
 
 def test_cancel_of_a_finished_job_leaves_it_alone(client, done_job):
-    response = client.post(f"/api/jobs/{done_job.job_id}/cancel")
+    response = client.post(f"/api/jobs/{done_job.job_id}/cancel", headers=JSON)
     assert response.status_code == 200
     assert response.json()["status"] == "succeeded"
 
 
 # ----- GET /api/estimate -------------------------------------------------------------------
-def test_estimate_quotes_without_writing(client, project):
+def test_estimate_quotes_without_writing(client, project, registered_kind):
     params = json.dumps({"estimated_usd": 0.5})
-    response = client.get("/api/estimate", params={"kind": "panel.render", "params": params})
+    response = client.get("/api/estimate", params={"kind": registered_kind, "params": params})
     assert response.status_code == 200
     body = response.json()
     assert body["estimated_usd"] == 0.5
@@ -235,7 +237,7 @@ def test_post_enqueues_a_registered_kind_once(client, registered_kind):
     ],
 )
 def test_post_rejects_what_it_cannot_run(client, registered_kind, body, fragment):
-    response = client.post("/api/jobs", content=body)
+    response = client.post("/api/jobs", content=body, headers=JSON)
     assert response.status_code == 400
     assert fragment in response.json()["error"]
 
@@ -293,7 +295,7 @@ def test_the_cost_gate_refuses_with_402_and_writes_nothing(project, registered_k
 def test_oversized_bodies_are_413_declared_or_streamed(project, registered_kind):
     client = TestClient(create_app([project], max_body_bytes=1024))
     big = json.dumps({"kind": registered_kind, "params": {"pad": "x" * 5000}}).encode()
-    declared = client.post("/api/jobs", content=big)
+    declared = client.post("/api/jobs", content=big, headers=JSON)
     assert declared.status_code == 413
     assert "larger than 1024 bytes" in declared.json()["error"]
 
@@ -301,7 +303,7 @@ def test_oversized_bodies_are_413_declared_or_streamed(project, registered_kind)
         for i in range(0, len(big), 500):
             yield big[i : i + 500]
 
-    streamed = client.post("/api/jobs", content=chunks())
+    streamed = client.post("/api/jobs", content=chunks(), headers=JSON)
     assert streamed.status_code == 413
     small = client.post("/api/jobs", json={"kind": registered_kind, "params": {}})
     assert small.status_code == 202
@@ -387,7 +389,7 @@ def test_a_token_guards_every_route(project, done_job):
         assert response.headers["www-authenticate"].startswith("Bearer")
         wrong = client.get(path, headers={"authorization": "Bearer nope"})
         assert wrong.status_code == 401, path
-    assert client.post(f"/api/jobs/{done_job.job_id}/cancel").status_code == 401
+    assert client.post(f"/api/jobs/{done_job.job_id}/cancel", headers=JSON).status_code == 401
     good = {"authorization": "Bearer s3cret"}
     assert client.get("/api/jobs", headers=good).status_code == 200
     assert client.get(f"/api/jobs/{done_job.job_id}", headers=good).status_code == 200
@@ -411,7 +413,7 @@ def test_the_tray_trades_a_token_in_the_url_for_a_strict_cookie(project):
 # ----- errors are JSON, never a stack trace ---------------------------------------------------
 def test_unknown_routes_and_methods_answer_json(client):
     assert client.get("/api/nothing").json() == {"error": "Not Found"}
-    response = client.delete("/api/jobs")
+    response = client.delete("/api/jobs", headers=JSON)
     assert response.status_code == 405
     assert "error" in response.json()
 
@@ -456,7 +458,7 @@ def test_a_builtin_error_from_inside_is_a_500_never_a_400(project, monkeypatch, 
         (nw_errors.InvalidValue("limit is wrong"), 400, "limit is wrong"),
         (nw_errors.UnknownKind("unknown kind 'x'"), 400, "unknown kind 'x'"),
         (nw_errors.NonCanonicalPlan("plan.calls[0]", "set"), 400, "no canonical form"),
-        (nw_errors.JobStoreError("job store gone"), 503, "job store gone"),
+        (nw_errors.JobStoreError("job store gone"), 503, "job store is unavailable"),
         (nw_errors.RateTableError("rates.json at /srv"), 500, "misconfigured"),
         (nw_errors.JobRefused("a body's signal, leaked"), 500, "internal error"),
     ],

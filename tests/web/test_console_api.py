@@ -22,6 +22,8 @@ from nw.jobs.kinds import register_kind, unregister_kind
 from nw.jobs.web import create_app
 from tests.helpers import wait_until
 
+JSON = {"content-type": "application/json"}  # what a POST must say it sends
+
 KIND = "test.console"
 OTHER = "test.console.other"
 
@@ -146,21 +148,24 @@ def test_progress_is_the_trail_with_stage_names_oldest_first(project, cfg):
 def test_retry_runs_a_failed_job_again_under_the_same_id(project, cfg, kinds_registered):
     failed = _run(project, cfg, KIND, boom, 1)[0]
     client = _client(project, cfg)
-    response = client.post(f"/api/jobs/{failed.job_id}/retry")
+    response = client.post(f"/api/jobs/{failed.job_id}/retry", headers=JSON)
     assert response.status_code == 202, response.text
     data = response.json()
     assert data["job_id"] == failed.job_id and data["status"] == "queued"
     assert data["attempts"] == [] and data["error"] is None
     # a live job is not retried again; an unknown one is 404
-    again = client.post(f"/api/jobs/{failed.job_id}/retry")
+    again = client.post(f"/api/jobs/{failed.job_id}/retry", headers=JSON)
     assert again.status_code == 400 and "only a failed or cancelled job" in again.json()["error"]
-    assert client.post(f"/api/jobs/{'0' * 64}/retry").status_code == 404
-    assert client.post(f"/api/jobs/{failed.job_id}/retry", content=b"[1]").status_code == 400
+    assert client.post(f"/api/jobs/{'0' * 64}/retry", headers=JSON).status_code == 404
+    assert (
+        client.post(f"/api/jobs/{failed.job_id}/retry", content=b"[1]", headers=JSON).status_code
+        == 400
+    )
 
 
 def test_a_succeeded_job_is_not_retried(project, cfg):
     done = _run(project, cfg, "paint", staged, 1)[0]
-    response = _client(project, cfg).post(f"/api/jobs/{done.job_id}/retry")
+    response = _client(project, cfg).post(f"/api/jobs/{done.job_id}/retry", headers=JSON)
     assert response.status_code == 400 and "succeeded" in response.json()["error"]
 
 

@@ -93,6 +93,9 @@ class JobStore(ABC):
     limit_scope: str = "project"
     """Who shares this store's limits: the project's workers, or (PostgreSQL)
     every project in the ``database``."""
+    budget_scope: str = "project"
+    """Whose spend a stored budget counts: the project's, or (PostgreSQL) every
+    project's in the ``database`` (see nw/jobs/budgets.py)."""
     refill: Refill | None = None
     """Set by a worker; a store that cannot fold claims into its finishes
     (the embedded store: a claim there is no round trip) ignores it."""
@@ -335,6 +338,38 @@ class JobStore(ABC):
         """Spend of the jobs finished since ``since`` (rollup included):
         ``{kind, actor_id ('' for none), today (finished since today), usd,
         lower_bound}`` rows."""
+
+    @abstractmethod
+    def budgets(self) -> list[dict[str, Any]]:
+        """The stored budgets' rows (``nw.jobs.budgets``)."""
+
+    @abstractmethod
+    def set_budget(
+        self,
+        key: str,
+        *,
+        usd: float | None,
+        per: str | None,
+        actor_id: str | None,
+        kind: str | None,
+        now: float,
+    ) -> None:
+        """Set the budget ``key`` (``usd=None`` removes it)."""
+
+    @abstractmethod
+    def approval(self) -> dict[str, Any] | None:
+        """The stored approval rule's row, or None."""
+
+    @abstractmethod
+    def set_approval(self, *, threshold_usd: float | None, mode: str, now: float) -> None:
+        """Set the approval rule."""
+
+    @abstractmethod
+    def budget_spend(
+        self, *, since: float | None, actor_id: str | None, kind: str | None
+    ) -> dict[str, Any]:
+        """Committed spend since ``since`` of an actor's and/or a kind's jobs
+        (rollup included), in ``spend``'s form."""
 
     @abstractmethod
     def counts(self) -> list[dict[str, Any]]:

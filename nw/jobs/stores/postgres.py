@@ -1030,6 +1030,60 @@ class PostgresJobStore(JobStore):
         if not self._exec("put_status", args, lambda cur: cur.rowcount):
             raise KeyError(f"no job {job_id!r} in this store")
 
+    # ----- spend policy (nw/jobs/budgets.py) -----------------------------------------
+    budget_scope = "database"  # the budgets count every project of the database
+
+    def budgets(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._read("budgets", {})]
+
+    def set_budget(
+        self,
+        key: str,
+        *,
+        usd: float | None,
+        per: str | None,
+        actor_id: str | None,
+        kind: str | None,
+        now: float,
+    ) -> None:
+        args = {"key": key, "usd": usd, "per": per, "actor_id": actor_id, "kind": kind}
+        self._exec("delete_budget" if usd is None else "set_budget", {**args, "now": now})
+
+    def policy_rows(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._read("policy", {})]
+
+    def approval(self) -> dict[str, Any] | None:
+        rows = self._read("approval", {})
+        return dict(rows[0]) if rows else None
+
+    def set_approval(self, *, threshold_usd: float | None, mode: str, now: float) -> None:
+        self._exec("set_approval", {"threshold_usd": threshold_usd, "mode": mode, "now": now})
+
+    def hold_budgets(self, keys: Sequence[str]) -> None:
+        """Lock these budgets' rows for the rest of the admitted create (see ``lock_budgets``)."""
+        if keys:
+            self._read("lock_budgets", {"keys": sorted(keys)})
+
+    def budget_spend(
+        self, *, since: float | None, actor_id: str | None, kind: str | None
+    ) -> dict[str, Any]:
+        day = utc_day(since) if since is not None else None
+        args = {"since": since, "since_day": day, "actor_id": actor_id, "kind": kind}
+        r = self._read("budget_spend", args)[0]
+        pruned = self._read("budget_rollup_spend", args)[0]
+        return {
+            "actual_usd": float(r["actual_usd"]) + float(pruned["usd"]),
+            "live_estimated_usd": float(r["live_estimated_usd"]),
+            "live_unknown": int(r["live_unknown"]),
+            "lower_bound": bool(r["lower_bound"]) or bool(pruned["lower_bound"]),
+        }
+
+    def quoted_and_billed(
+        self, *, since: float, kind: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        args = {"since": since, "kind": kind, "limit": int(limit)}
+        return [dict(r) for r in self._read("quoted_and_billed", args)]
+
 
 def _aware(when: datetime | None) -> datetime | None:
     if when is None or when.tzinfo is not None:

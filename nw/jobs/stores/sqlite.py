@@ -52,11 +52,13 @@ from nw.jobs.stores.sql import load_queries
 from nw.jobs.wake import WakeListener, wake_runners
 
 DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: The version that added the prune rollup (an older file read read-only has none).
 ROLLUP_VERSION = 3
 #: The version that added limits, priorities and turns (the same for a read-only handle).
 LIMITS_VERSION = 4
+#: The version that added the spend policy (budgets, approval).
+POLICY_VERSION = 5
 Q = load_queries("sqlite_queries.sql")
 UPGRADES = load_queries("sqlite_upgrades.sql")
 #: The columns the ``patch`` statement sets by flag; the indexed ones have a
@@ -835,3 +837,78 @@ class SqliteJobStore(JobStore):
             written = c.execute(Q["put_status"], args).rowcount
         if not written:
             raise KeyError(f"no job {job_id!r} in this store")
+
+    # ----- spend policy (nw/jobs/budgets.py) ---------------------------------------
+    def _has_policy(self, c: sqlite3.Connection) -> bool:
+        """A read-only handle may read a file older than the spend policy."""
+        if not self.read_only:
+            return True
+        return c.execute("PRAGMA user_version").fetchone()[0] >= POLICY_VERSION
+
+    def budgets(self) -> list[dict[str, Any]]:
+        with self._cursor() as c:
+            rows = c.execute(Q["budgets"]).fetchall() if self._has_policy(c) else []
+        return [dict(r) for r in rows]
+
+    def set_budget(
+        self,
+        key: str,
+        *,
+        usd: float | None,
+        per: str | None,
+        actor_id: str | None,
+        kind: str | None,
+        now: float,
+    ) -> None:
+        args = {"key": key, "usd": usd, "per": per, "actor_id": actor_id, "kind": kind}
+        with self._cursor(write=True) as c:
+            c.execute(Q["delete_budget" if usd is None else "set_budget"], {**args, "now": now})
+
+    def policy_rows(self) -> list[dict[str, Any]]:
+        with self._cursor() as c:
+            rows = c.execute(Q["policy"]).fetchall() if self._has_policy(c) else []
+        return [dict(r) for r in rows]
+
+    def approval(self) -> dict[str, Any] | None:
+        with self._cursor() as c:
+            r = c.execute(Q["approval"]).fetchone() if self._has_policy(c) else None
+        return dict(r) if r is not None else None
+
+    def set_approval(self, *, threshold_usd: float | None, mode: str, now: float) -> None:
+        args = {"threshold_usd": threshold_usd, "mode": mode, "now": now}
+        with self._cursor(write=True) as c:
+            c.execute(Q["set_approval"], args)
+
+    def hold_budgets(self, keys: Sequence[str]) -> None:
+        """Nothing to lock: an admitted create already holds the file's write lock."""
+
+    def budget_spend(
+        self, *, since: float | None, actor_id: str | None, kind: str | None
+    ) -> dict[str, Any]:
+        day = utc_day(since) if since is not None else None
+        args = {"since": since, "since_day": day, "actor_id": actor_id, "kind": kind}
+        with self._cursor() as c:
+            r = c.execute(Q["budget_spend"], args).fetchone()
+            pruned = c.execute(Q["budget_rollup_spend"], args).fetchone()
+        return {
+            "actual_usd": float(r["actual_usd"]) + float(pruned["usd"]),
+            "live_estimated_usd": float(r["live_estimated_usd"]),
+            "live_unknown": int(r["live_unknown"]),
+            "lower_bound": bool(r["lower_bound"]) or bool(pruned["lower_bound"]),
+        }
+
+    def quoted_and_billed(
+        self, *, since: float, kind: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        args = {"since": since, "kind": kind, "limit": int(limit)}
+        with self._cursor() as c:
+            rows = c.execute(Q["quoted_and_billed"], args).fetchall()
+        out = []
+        for r in rows:
+            row = dict(r)
+            try:
+                row["calls"] = json.loads(row["calls"]) if row["calls"] else None
+            except ValueError:
+                row["calls"] = None
+            out.append(row)
+        return out

@@ -1,8 +1,9 @@
--- nw.jobs embedded store, schema version 4 (SQLite, WAL mode). Every statement
+-- nw.jobs embedded store, schema version 5 (SQLite, WAL mode). Every statement
 -- is idempotent (IF NOT EXISTS): a file at an older version is upgraded by
 -- adding the columns it lacks (sqlite_upgrades.sql) and running the whole file
 -- again. Versions: 1 the first; 3 the console's (kind and finished indexes,
--- spend_rollup); 4 adds limits, priorities and fair share (2 was that alone).
+-- spend_rollup); 4 adds limits, priorities and fair share (2 was that alone);
+-- 5 adds the spend policy (budgets, approval: new tables only).
 -- jobs:   the index (membership authority); real columns for what is
 --         filtered, ordered or fenced, the rest of the record in `doc` (JSON).
 -- status: the au ComputationStore (single source of truth for run status);
@@ -13,6 +14,9 @@
 --         share); claims order by (priority DESC, actor_seq, created_at).
 -- limits: the project's limits by key (every worker of the project sees them);
 --         `starts` is the JSON array of the key's start times in the last second.
+-- budgets / approval (version 5): the project's spend policy (nw/jobs/budgets.py):
+--         a row per budget (`per`: day, week, month in UTC, or NULL: all time;
+--         `actor_id`, `kind`: NULL for every one), and at most one approval row.
 -- Older files are upgraded in place (sqlite.py: the missing columns are added,
 -- then this file creates what is missing).
 CREATE TABLE IF NOT EXISTS jobs (
@@ -109,3 +113,20 @@ CREATE TABLE IF NOT EXISTS limits (
     starts      TEXT NOT NULL DEFAULT '[]',
     updated_at  REAL NOT NULL
 ) WITHOUT ROWID;
+
+-- version 5: the project's spend policy
+CREATE TABLE IF NOT EXISTS budgets (
+    budget_key TEXT PRIMARY KEY,
+    usd        REAL NOT NULL,
+    per        TEXT,
+    actor_id   TEXT,
+    kind       TEXT,
+    updated_at REAL NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS approval (
+    one           INTEGER PRIMARY KEY CHECK (one = 1),
+    threshold_usd REAL,
+    mode          TEXT NOT NULL,
+    updated_at    REAL NOT NULL
+);

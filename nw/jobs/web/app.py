@@ -12,15 +12,18 @@ A new group of routes is a ``routes_<name>.py`` with a ``routes`` list, added
 to ``ROUTES`` below.
 
 While the app runs (its lifespan), a ``reaper.ReaperThread`` keeps the served
-projects reaped, so a dead worker's job moves on even when nothing reads it.
+projects reaped, so a dead worker's job moves on even when nothing reads it
+(a project whose store this process may only read is not reaped: one warning
+line says so).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -29,7 +32,9 @@ from nw.errors import InvalidSetting
 from nw.jobs import facade
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.reaper import ReaperThread
+from nw.jobs.stores.base import JobStore
 from nw.jobs.web import (
+    routes_budgets,
     routes_console,
     routes_jobs,
     routes_metrics,
@@ -38,10 +43,20 @@ from nw.jobs.web import (
     streams,
 )
 from nw.jobs.web.errors import HANDLERS
+from nw.jobs.web.inputs import QueryCheck
 from nw.jobs.web.page_cache import PageCache
-from nw.jobs.web.security import LOOPBACK_HOSTS, BearerAuth, BodyLimit, HostGuard
+from nw.jobs.web.security import (
+    LOOPBACK_HOSTS,
+    BearerAuth,
+    BodyLimit,
+    HostGuard,
+    SameOrigin,
+    SecurityHeaders,
+)
 from nw.jobs.web.state import Projects
 from nw.project import Project
+
+log = logging.getLogger("nw.jobs.web")
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "LOOPBACK_HOSTS", "ROUTES", "create_app"]
 
@@ -52,6 +67,7 @@ ROUTES = [
     *routes_jobs.routes,
     *routes_summary.routes,
     *routes_metrics.routes,
+    *routes_budgets.routes,
 ]
 
 
@@ -64,6 +80,8 @@ def create_app(
     poll_interval_s: float = 0.5,
     stream_max_s: float = 300.0,
     allowed_hosts: Sequence[str] | None = None,
+    max_streams: int = streams.MAX_STREAMS,
+    max_feeds: int = streams.MAX_FEEDS,
 ) -> Starlette:
     """The jobs API and tray for ``projects`` (one, or several).
 
@@ -74,6 +92,11 @@ def create_app(
     (long-lived connections through proxies go stale otherwise).
     ``allowed_hosts``: answer only requests whose ``Host`` is one of these
     (``nw-jobs serve`` passes ``LOOPBACK_HOSTS`` when it binds loopback).
+    ``max_streams``, ``max_feeds``: the event streams' caps (see ``streams``).
+
+    Whatever the settings, a request that changes a job must be JSON and come
+    from this server's own page or a client without one (``security.SameOrigin``),
+    and every answer carries ``security.SECURITY_HEADERS``.
     """
     if isinstance(projects, (Project, str, os.PathLike)):
         projects = [projects]
@@ -82,19 +105,25 @@ def create_app(
         raise InvalidSetting("token must be a non-empty string (or None for no auth)")
     if max_body_bytes < 1:
         raise InvalidSetting("max_body_bytes must be positive")
-    # Outermost first: a foreign Host is refused before a token is even looked at.
-    middleware = [Middleware(BodyLimit, max_bytes=max_body_bytes)]
-    if token is not None:
-        middleware.insert(0, Middleware(BearerAuth, token=token))
-    if allowed_hosts is not None:
-        middleware.insert(0, Middleware(HostGuard, hosts=allowed_hosts))
+    if max_streams < 1 or max_feeds < 1:
+        raise InvalidSetting("max_streams and max_feeds must be positive")
+    # Outermost first: every answer gets the headers; a foreign Host is refused
+    # before anything else is looked at; another page's request before the token.
+    middleware = [
+        Middleware(SecurityHeaders),
+        *([Middleware(HostGuard, hosts=allowed_hosts)] if allowed_hosts is not None else []),
+        Middleware(QueryCheck),
+        Middleware(SameOrigin, token=token),
+        *([Middleware(BearerAuth, token=token)] if token is not None else []),
+        Middleware(BodyLimit, max_bytes=max_body_bytes),
+    ]
     closing = threading.Event()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # A served project is kept reaped even when nothing reads it: a dead
         # worker's job reads "worker lost", then failed or queued, in seconds.
-        reaper = ReaperThread(lambda: facade.stores_to_reap(served.all, config), config)
+        reaper = ReaperThread(_writable_stores(served, config), config)
         reaper.start()
         try:
             yield
@@ -114,7 +143,33 @@ def create_app(
     # instead of holding the shutdown until they are cancelled.
     app.state.closing = closing
     # One poller per watched value, whatever the number of open streams.
-    app.state.feeds = streams.Feeds(poll_interval_s, app.state.closing)
+    app.state.feeds = streams.Feeds(
+        poll_interval_s, app.state.closing, max_streams=max_streams, max_feeds=max_feeds
+    )
     app.state.marks = streams.Marks(config)
     app.state.page_cache = PageCache(app.state.marks, live_ttl_s=poll_interval_s)
     return app
+
+
+def _writable_stores(
+    served: Projects, config: JobsConfig
+) -> Callable[[], list[tuple[JobStore, Callable[[str], bool]]]]:
+    """What the reaper reaps each round: the served stores this process may
+    write. A read-only one (a folder or database it may only read) is passed
+    over, with one warning line per project, not a traceback a second."""
+    warned: set[Project] = set()
+
+    def stores() -> list[tuple[JobStore, Callable[[str], bool]]]:
+        out = []
+        for project in served.all:
+            for store, held in facade.stores_to_reap([project], config):
+                if not store.read_only:
+                    out.append((store, held))
+                elif project not in warned:
+                    warned.add(project)
+                    log.warning(
+                        "not reaping %s: its job store is read-only to this server", project.root
+                    )
+        return out
+
+    return stores

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from nw.jobs import console, facade
 from nw.jobs.ids import check_job_id
 from nw.jobs.web import state
-from nw.jobs.web.inputs import int_param, json_object
+from nw.jobs.web.inputs import body_text, int_param, json_object
 
 PAGE_MAX = 1000
 _FILTERS = ("status", "kind", "actor", "grade", "q")
@@ -72,7 +72,7 @@ def job_progress(request: Request) -> JSONResponse:
 async def retry_job(request: Request) -> JSONResponse:
     """202 the job's new run; 402 over budget; 400 not retryable; 404 unknown."""
     job_id = request.path_params["job_id"]
-    raw = (await request.body()).decode("utf-8", "replace").strip()
+    raw = (await body_text(request)).strip()
     body = json_object(raw, "the body") if raw else {}
     approved = _flag(body, "approved")
     project, _ = await run_in_threadpool(state.found_job, request, job_id)
@@ -86,7 +86,7 @@ async def retry_job(request: Request) -> JSONResponse:
 
 async def retry_jobs(request: Request) -> JSONResponse:
     """Bulk retry: ``{status?, kind?, since?, approved?, project?}`` -> 202 ``{"jobs": [...]}``."""
-    raw = (await request.body()).decode("utf-8", "replace").strip()
+    raw = (await body_text(request)).strip()
     body = json_object(raw, "the body") if raw else {}
     status = body.get("status", "failed")
     kind = body.get("kind")

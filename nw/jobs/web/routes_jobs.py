@@ -10,12 +10,12 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from nw.jobs import facade, kinds
 from nw.jobs.web import state, streams
-from nw.jobs.web.inputs import json_array, json_object
+from nw.jobs.web.inputs import body_text, json_array, json_object
 
 
 def get_job(request: Request) -> JSONResponse:
@@ -38,7 +38,13 @@ def estimate(request: Request) -> JSONResponse:
         raise HTTPException(400, "kind is required")
     params = json_object(request.query_params.get("params") or "{}", "params")
     project = state.projects(request).one(request.query_params.get("project"))
-    return JSONResponse(facade.estimate(project, kind, params, config=state.config(request)))
+    quoted = facade.estimate(project, kind, params, config=state.config(request))
+    from nw.jobs.kinds import kind_spec, registered_kinds
+
+    if kind_spec(kind) is None:  # as the CLI's estimate: only a kind this server can start
+        known = ", ".join(registered_kinds()) or "none"
+        raise HTTPException(400, f"unknown kind {kind!r}; known kinds: {known}")
+    return JSONResponse(quoted)
 
 
 async def create_job(request: Request) -> JSONResponse:
@@ -47,7 +53,7 @@ async def create_job(request: Request) -> JSONResponse:
     A JSON array of such bodies (without ``project``/``approved``, which are
     then query parameters) is one ``enqueue_many``: all or nothing, answered
     ``{"jobs": [...]}`` in order; a bad element is a 400 naming it (``item N``)."""
-    text = (await request.body()).decode("utf-8", "replace")
+    text = await body_text(request)
     if text.lstrip().startswith("["):
         return await _create_many(request, text)
     body = json_object(text, "the body")
@@ -119,7 +125,7 @@ def _enqueue_request(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return kind, params
 
 
-async def job_events(request: Request) -> StreamingResponse:
+async def job_events(request: Request) -> Response:
     """The job's ``to_dict`` on each change, until it ends (one reader per job,
     however many pages watch it)."""
     job_id = request.path_params["job_id"]

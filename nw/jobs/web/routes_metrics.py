@@ -21,6 +21,7 @@ from starlette.routing import Route
 from nw.jobs import console
 from nw.jobs.model import JobsConfig
 from nw.jobs.web import state
+from nw.jobs.web.routes_budgets import BudgetsCollector
 from nw.project import Project
 
 PREFIX = "nw_jobs"
@@ -99,6 +100,7 @@ def _le(bound: float) -> str:
 async def metrics(request: Request) -> Response:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ProjectsCollector(state.projects(request).all, state.config(request)))
+    registry.register(BudgetsCollector(state.projects(request).all, state.config(request)))
     body = await run_in_threadpool(generate_latest, registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from nw.jobs import facade
@@ -22,7 +22,7 @@ def summary(request: Request) -> JSONResponse:
     return JSONResponse(snapshot(request, request.query_params.get("actor") or None))
 
 
-def summary_events(request: Request) -> StreamingResponse:
+def summary_events(request: Request) -> Response:
     """The snapshot on each change: one connection for the whole tray (browsers allow
     six per host, so a stream per job would starve the page). Every tray watching
     the same actor shares one reader."""

@@ -14,6 +14,12 @@ value is final (a finished job), after ``stream_max_s`` (the browser's
 ``EventSource`` reconnects; long connections through proxies go stale), or
 when the server closes (``app.state.closing``). Between changes it sends a
 comment every ``KEEPALIVE_S`` so proxies keep it open.
+
+Streams are bounded: at most ``MAX_STREAMS`` open at once and at most
+``MAX_FEEDS`` distinct watched values (each a poller thread); a stream past
+either is answered 429 with ``Retry-After``, so no number of connections or
+of distinct filters (``?actor=`` values, job ids) grows the threads or the
+store's reads past a known bound.
 """
 
 from __future__ import annotations
@@ -24,15 +30,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from collections.abc import AsyncGenerator, Callable, Hashable, Iterable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
+from nw.errors import JobStoreError
 from nw.jobs.model import JobsConfig
 from nw.jobs.stores import open_store
 from nw.jobs.stores.base import JobStore
+from nw.jobs.web.errors import error, loggable
 from nw.project import Project
 
 log = logging.getLogger("nw.jobs.web")
@@ -41,6 +50,11 @@ VOLATILE = ("elapsed_s", "queue_wait_s", "remaining_s", "eta_s", "eta_ts", "work
 """Fields that change with the clock alone; a stream resends them once a second, not per poll."""
 TICK_S = 1.0
 KEEPALIVE_S = 15.0
+MAX_STREAMS = 128
+"""Event streams open at once (all values together); one more is answered 429."""
+MAX_FEEDS = 32
+"""Distinct values watched at once, each one poller thread; a stream of a new one past it is 429."""
+RETRY_AFTER_S = 5
 
 
 def stable(value: Any) -> str:
@@ -190,12 +204,14 @@ class Feed:
                     if self.final is not None:
                         break
                 closing.wait(every_s)
-        except Exception:  # the read failed: the streams end and browsers reconnect
-            log.exception("reading %s for its event stream failed", self.key)
+        except JobStoreError as exc:  # the store failed: one line, and browsers reconnect
+            log.warning("reading %r for its event stream failed: %s", self.key, loggable(exc))
+        except Exception:  # a bug: the streams end and browsers reconnect
+            log.exception("reading %r for its event stream failed", self.key)
         self._feeds.forget(self)
         self._publish(self.chunk, self.final if self.final is not None else "")
 
-    async def stream(self, max_s: float) -> AsyncIterator[str]:
+    async def stream(self, max_s: float) -> AsyncGenerator[str, None]:
         """This subscriber's SSE chunks."""
         event = asyncio.Event()
         me = (asyncio.get_running_loop(), event)
@@ -235,20 +251,51 @@ class Feed:
 
 
 class Feeds:
-    """The app's feeds by key (one per watched value, while watched)."""
+    """The app's feeds by key (one per watched value, while watched), and the
+    count of open streams, both bounded (``max_streams``, ``max_feeds``)."""
 
-    def __init__(self, poll_interval_s: float, closing: threading.Event):
+    def __init__(
+        self,
+        poll_interval_s: float,
+        closing: threading.Event,
+        *,
+        max_streams: int = MAX_STREAMS,
+        max_feeds: int = MAX_FEEDS,
+    ):
         self.poll_interval_s = poll_interval_s
         self.closing = closing
+        self.max_streams, self.max_feeds = max_streams, max_feeds
         self._feeds: dict[Hashable, Feed] = {}
+        self._open = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, make: Callable[[], Feed]) -> Feed:
+    @property
+    def open_streams(self) -> int:
+        return self._open
+
+    def subscribe(self, key: Hashable, make: Callable[[], Feed]) -> Feed | str:
+        """The feed for ``key`` (made if new) for one more stream, or why not
+        (the caps); every feed got here is given back with ``unsubscribe``."""
         with self._lock:
+            if self._open >= self.max_streams:
+                return (
+                    f"{self._open} event streams are open, the most this server keeps"
+                    " at once; try again later"
+                )
             feed = self._feeds.get(key)
             if feed is None:
+                if len(self._feeds) >= self.max_feeds:
+                    return (
+                        f"{len(self._feeds)} different things are being watched, the most"
+                        " this server polls at once; try again later"
+                    )
                 feed = self._feeds[key] = make()
+            self._open += 1
             return feed
+
+    def unsubscribe(self) -> None:
+        with self._lock:
+            self._open -= 1
 
     def forget(self, feed: Feed) -> None:
         with self._lock:
@@ -264,7 +311,7 @@ def follow(
     *,
     ticking: Callable[[Data], bool],
     done: Callable[[Data], bool] | None = None,
-) -> StreamingResponse:
+) -> Response:
     """The stream of ``read()``'s value under ``key``, shared with every other
     request for the same key; re-read when ``projects``' stores change."""
     state = request.app.state
@@ -274,12 +321,32 @@ def follow(
     def make() -> Feed:
         return Feed(key, read, lambda: marks.of(projects), ticking, done, feeds)
 
-    async def chunks() -> AsyncIterator[str]:
-        async for chunk in feeds.get(key, make).stream(state.stream_max_s):
-            yield chunk
+    return EventStream(feeds, key, make, state.stream_max_s)
 
-    return StreamingResponse(
-        chunks(),
-        media_type="text/event-stream",
-        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-    )
+
+class EventStream(Response):
+    """A stream's answer: it takes its place under the caps when it starts and
+    gives it back when it ends, however it ends (a 429 when there is none)."""
+
+    def __init__(self, feeds: Feeds, key: Hashable, make: Callable[[], Feed], max_s: float) -> None:
+        self.feeds, self.key, self.make, self.max_s = feeds, key, make, max_s
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        got = self.feeds.subscribe(self.key, self.make)
+        if isinstance(got, str):
+            refusal = error(429, got, headers={"retry-after": str(RETRY_AFTER_S)})
+            await refusal(scope, receive, send)
+            return
+        chunks = got.stream(self.max_s)
+        try:
+            response = StreamingResponse(
+                chunks,
+                media_type="text/event-stream",
+                headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+            )
+            await response(scope, receive, send)
+        finally:
+            with contextlib.suppress(RuntimeError):  # still running: it ends by itself
+                await chunks.aclose()  # drops its subscription now, not at collection
+            self.feeds.unsubscribe()

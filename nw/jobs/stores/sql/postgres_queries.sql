@@ -1073,3 +1073,107 @@ SELECT kind, count(*) AS n, sum(finished_at - started_at) AS seconds,
   FROM nw_jobs.jobs
  WHERE project_id = %(project_id)s AND finished_at IS NOT NULL AND started_at IS NOT NULL
  GROUP BY kind;
+
+-- name: budgets
+-- Every budget (database-wide, like limits), by key.
+SELECT budget_key, usd, per, actor_id, kind, updated_at
+  FROM nw_jobs.budgets ORDER BY budget_key;
+
+-- name: set_budget
+INSERT INTO nw_jobs.budgets (budget_key, usd, per, actor_id, kind, updated_at)
+VALUES (%(key)s, %(usd)s, %(per)s, %(actor_id)s, %(kind)s, %(now)s)
+ON CONFLICT (budget_key) DO UPDATE
+   SET usd = excluded.usd, updated_at = excluded.updated_at;
+
+-- name: delete_budget
+DELETE FROM nw_jobs.budgets WHERE budget_key = %(key)s;
+
+-- name: lock_budgets
+-- The rows of the budgets an admitted create is checked against, locked in
+-- key order (two creates under one budget serialise, whatever their project;
+-- never in a cycle). Taken after the project's create lock, before the spend
+-- is read (each statement of the transaction reads what committed before it).
+SELECT budget_key FROM nw_jobs.budgets
+ WHERE budget_key = ANY(%(keys)s::text[])
+ ORDER BY budget_key
+   FOR UPDATE;
+
+-- name: approval
+-- The approval policy (database-wide; no row: the caller's config decides).
+SELECT threshold_usd, mode, updated_at FROM nw_jobs.approval WHERE one = 1;
+
+-- name: set_approval
+INSERT INTO nw_jobs.approval (one, threshold_usd, mode, updated_at)
+VALUES (1, %(threshold_usd)s, %(mode)s, %(now)s)
+ON CONFLICT (one) DO UPDATE
+   SET threshold_usd = excluded.threshold_usd, mode = excluded.mode,
+       updated_at = excluded.updated_at;
+
+-- name: budget_spend
+-- A budget's committed spend, database-wide: as `spend`, over the jobs of
+-- every project of %(actor_id)s and %(kind)s when given (NULL: every one),
+-- finished at or after %(since)s (NULL: all time) or still live (a live
+-- job's estimate is spent now). Index jobs_spend_window.
+SELECT coalesce(sum(
+         coalesce(CASE WHEN jsonb_typeof(doc->'prior_actual_usd') = 'number'
+                       THEN (doc->>'prior_actual_usd')::double precision END, 0)
+       + coalesce(CASE WHEN jsonb_typeof(doc->'earlier_runs_usd') = 'number'
+                       THEN (doc->>'earlier_runs_usd')::double precision END, 0)
+       + CASE WHEN finished_at IS NULL THEN 0
+              ELSE coalesce(CASE WHEN jsonb_typeof(doc->'actual_usd') = 'number'
+                                 THEN (doc->>'actual_usd')::double precision END, 0) END
+       ), 0.0) AS actual_usd,
+       coalesce(bool_or(finished_at IS NOT NULL AND started_at IS NOT NULL
+                        AND coalesce(doc->'actual_is_lower_bound'
+                                     NOT IN ('false'::jsonb, '0'::jsonb), true)),
+                false) AS lower_bound,
+       coalesce(sum(CASE WHEN finished_at IS NULL
+                         THEN CASE WHEN jsonb_typeof(doc->'estimated_usd') = 'number'
+                                   THEN (doc->>'estimated_usd')::double precision END END),
+                0.0) AS live_estimated_usd,
+       count(*) FILTER (WHERE finished_at IS NULL
+                          AND jsonb_typeof(doc->'estimated_usd') IS DISTINCT FROM 'number')
+         AS live_unknown
+  FROM nw_jobs.jobs
+ WHERE (%(since)s::double precision IS NULL OR finished_at IS NULL
+        OR finished_at >= %(since)s::double precision)
+   AND (%(actor_id)s::text IS NULL OR actor_id = %(actor_id)s::text)
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text);
+
+-- name: budget_rollup_spend
+-- What the pruned jobs a budget counts spent (every project), from the UTC
+-- day %(since_day)s on (NULL: all time).
+SELECT coalesce(sum(usd), 0.0) AS usd, coalesce(bool_or(lower_bound), false) AS lower_bound
+  FROM nw_jobs.spend_rollup
+ WHERE (%(since_day)s::date IS NULL OR day >= %(since_day)s::date)
+   AND (%(actor_id)s::text IS NULL OR actor_id = %(actor_id)s::text)
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text);
+
+-- name: quoted_and_billed
+-- The project's newest %(limit)s finished runs that were quoted and billed (a
+-- number in both), for the quote-against-bill accuracy (nw/jobs/accuracy.py).
+SELECT kind, finished_at,
+       (doc->>'estimated_usd')::double precision AS quoted_usd,
+       coalesce(CASE WHEN jsonb_typeof(doc->'prior_actual_usd') = 'number'
+                     THEN (doc->>'prior_actual_usd')::double precision END, 0)
+         + (doc->>'actual_usd')::double precision AS billed_usd,
+       doc->'params'->>'model' AS model,
+       doc->'params'->'plan'->'calls' AS calls
+  FROM nw_jobs.jobs
+ WHERE project_id = %(project_id)s AND finished_at IS NOT NULL
+   AND finished_at >= %(since)s::double precision
+   AND jsonb_typeof(doc->'estimated_usd') = 'number'
+   AND jsonb_typeof(doc->'actual_usd') = 'number'
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ ORDER BY finished_at DESC
+ LIMIT %(limit)s;
+
+-- name: policy
+-- The whole spend policy in one round trip (every enqueue reads it): a row
+-- per budget, then the approval row if there is one.
+SELECT 'budget' AS what, budget_key, usd, per, actor_id, kind,
+       NULL::double precision AS threshold_usd, NULL::text AS mode
+  FROM nw_jobs.budgets
+UNION ALL
+SELECT 'approval', NULL, NULL, NULL, NULL, NULL, threshold_usd, mode
+  FROM nw_jobs.approval WHERE one = 1;

@@ -552,3 +552,86 @@ SELECT kind, count(*) AS n, sum(finished_at - started_at) AS seconds,
   FROM jobs
  WHERE finished_at IS NOT NULL AND started_at IS NOT NULL
  GROUP BY +kind;
+
+-- name: budgets
+-- The project's budgets (the spend policy, nw/jobs/budgets.py), by key.
+SELECT budget_key, usd, per, actor_id, kind, updated_at FROM budgets ORDER BY budget_key;
+
+-- name: set_budget
+INSERT INTO budgets (budget_key, usd, per, actor_id, kind, updated_at)
+VALUES (:key, :usd, :per, :actor_id, :kind, :now)
+ON CONFLICT (budget_key) DO UPDATE
+   SET usd = excluded.usd, updated_at = excluded.updated_at;
+
+-- name: delete_budget
+DELETE FROM budgets WHERE budget_key = :key;
+
+-- name: approval
+-- The project's approval policy (no row: the caller's config decides).
+SELECT threshold_usd, mode, updated_at FROM approval WHERE one = 1;
+
+-- name: set_approval
+INSERT INTO approval (one, threshold_usd, mode, updated_at)
+VALUES (1, :threshold_usd, :mode, :now)
+ON CONFLICT (one) DO UPDATE
+   SET threshold_usd = excluded.threshold_usd, mode = excluded.mode,
+       updated_at = excluded.updated_at;
+
+-- name: budget_spend
+-- A budget's committed spend, as `spend` but over the jobs it counts: of
+-- :actor_id and :kind when given (NULL: every one), finished at or after
+-- :since (NULL: all time) or still live (a live job's estimate is spent now).
+SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
+                    + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)
+                    + CASE WHEN finished_at IS NULL THEN 0
+                           ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0)
+         AS actual_usd,
+       coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
+                    AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
+         AS lower_bound,
+       coalesce(sum(CASE WHEN finished_at IS NULL
+                         THEN json_extract(doc, '$.estimated_usd') END), 0.0)
+         AS live_estimated_usd,
+       count(CASE WHEN finished_at IS NULL
+                   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)
+         AS live_unknown
+  FROM jobs
+ WHERE (:since IS NULL OR finished_at IS NULL OR finished_at >= :since)
+   AND (:actor_id IS NULL OR actor_id = :actor_id)
+   AND (:kind IS NULL OR kind = :kind);
+
+-- name: budget_rollup_spend
+-- What the pruned jobs a budget counts spent, from the UTC day :since_day on
+-- (NULL: all time; a calendar window starts at a day's start, so the per-day
+-- rollup counts exactly what the window holds).
+SELECT coalesce(sum(usd), 0.0) AS usd, coalesce(max(lower_bound), 0) AS lower_bound
+  FROM spend_rollup
+ WHERE (:since_day IS NULL OR day >= :since_day)
+   AND (:actor_id IS NULL OR actor_id = :actor_id)
+   AND (:kind IS NULL OR kind = :kind);
+
+-- name: quoted_and_billed
+-- The newest :limit finished runs that were quoted and billed (a number in
+-- both), for the quote-against-bill accuracy (nw/jobs/accuracy.py).
+SELECT kind, finished_at,
+       json_extract(doc, '$.estimated_usd') AS quoted_usd,
+       coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
+         + json_extract(doc, '$.actual_usd') AS billed_usd,
+       json_extract(doc, '$.params.model') AS model,
+       json_extract(doc, '$.params.plan.calls') AS calls
+  FROM jobs INDEXED BY jobs_by_finished
+ WHERE finished_at IS NOT NULL AND finished_at >= :since
+   AND json_type(doc, '$.estimated_usd') IN ('integer', 'real')
+   AND json_type(doc, '$.actual_usd') IN ('integer', 'real')
+   AND (:kind IS NULL OR kind = :kind)
+ ORDER BY finished_at DESC
+ LIMIT :limit;
+
+-- name: policy
+-- The whole spend policy in one read: a row per budget, then the approval row.
+SELECT 'budget' AS what, budget_key, usd, per, actor_id, kind,
+       NULL AS threshold_usd, NULL AS mode
+  FROM budgets
+UNION ALL
+SELECT 'approval', NULL, NULL, NULL, NULL, NULL, threshold_usd, mode
+  FROM approval WHERE one = 1;

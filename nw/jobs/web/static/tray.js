@@ -229,7 +229,10 @@ async function cancel(job, button) {
   button.disabled = true;
   button.textContent = "Cancelling…";
   try {
-    await api(`api/jobs/${job.job_id}/cancel`, { method: "POST" });
+    await api(`api/jobs/${job.job_id}/cancel`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+    });
   } catch (err) {
     button.disabled = false;
     button.textContent = "Cancel";
@@ -341,11 +344,24 @@ function renderTotals(t) {
   box.replaceChildren(spendLine("spent today", spend.today), spendLine("this week", spend.week), counts);
 }
 
+let totalsLater = null;
+
 async function refreshTotals(force) {
-  if (!force && Date.now() - totalsAt < 5000) return;
+  const wait = totalsAt + 5000 - Date.now();
+  if (!force && wait > 0) {
+    // at most one read in 5 s, but a change meanwhile is shown when they are up
+    if (totalsLater === null) {
+      totalsLater = setTimeout(() => {
+        totalsLater = null;
+        if (currentView === "tray") refreshTotals(false);
+      }, wait);
+    }
+    return;
+  }
   totalsAt = Date.now();
   try {
     renderTotals(await api("api/totals"));
+    refreshBudgets();
   } catch (err) {
     document.getElementById("totals").replaceChildren(el("p", "empty", `totals: ${err.message}`));
   }
@@ -356,7 +372,8 @@ function render(snap) {
   document.getElementById("projects").textContent = names.join(" · ");
   renderActive(snap.active || []);
   renderRecent(snap.recent || []);
-  const key = (snap.recent || []).map((j) => j.job_id + j.status).join();
+  // the counts by status move when an active job changes state, not only the feed
+  const key = [...(snap.active || []), ...(snap.recent || [])].map((j) => j.job_id + j.status).join();
   if (key !== recentKey) {
     recentKey = key;
     if (currentView === "tray") refreshTotals(false);
@@ -371,7 +388,8 @@ function setConn(state, text) {
 
 function connect() {
   const source = new EventSource("api/summary/events");
-  source.onopen = () => setConn("live", "live");
+  // "live" once the first snapshot is drawn, not when the stream opens: until
+  // then the page says nothing about what is running or finished
   source.onmessage = (event) => {
     setConn("live", "live");
     render(JSON.parse(event.data));
@@ -550,16 +568,20 @@ function attemptsTable(job) {
     return wrap;
   }
   const table = el("table", "attempts");
+  const names = ["#", "host", "pid", "started", "ended", "why"];
   const head = el("tr");
-  for (const h of ["#", "host", "pid", "started", "ended", "why"]) head.append(el("th", "", h));
+  for (const h of names) head.append(el("th", "", h));
   table.append(head);
   for (const a of attempts) {
     const tr = el("tr");
     tr.dataset.ended = a.ended || "";
     const why = [a.ended || (a.ended_at ? "" : "running"), a.error].filter(Boolean).join(": ");
-    for (const v of [a.attempt, a.host || "—", a.pid ?? "—", when(a.started_at), a.ended_at ? when(a.ended_at) : "—", why]) {
-      tr.append(el("td", "", String(v)));
-    }
+    const values = [a.attempt, a.host || "—", a.pid ?? "—", when(a.started_at), a.ended_at ? when(a.ended_at) : "—", why];
+    values.forEach((v, i) => {
+      const td = el("td", "", String(v));
+      td.dataset.label = names[i]; // a narrow screen stacks the cells, each named
+      tr.append(td);
+    });
     table.append(tr);
   }
   wrap.append(table);
@@ -877,3 +899,37 @@ function setup() {
 }
 
 setup();
+
+// ----- budgets (GET /api/budgets): each stored budget as spent of cap ------------
+function budgetRow(project, b, many) {
+  const row = el("div", "budget");
+  row.dataset.key = b.key;
+  const spent = `${b.is_lower_bound ? "≥ " : ""}${usd(b.spent_usd || 0)}`;
+  const window = b.per ? `per ${b.per} (UTC)` : "all time";
+  const name = el("span", "what", many ? `${project.title || project.name}: ${b.key}` : b.key);
+  const figure = el("b", "usd", `${spent} of ${usd(b.usd)}`);
+  const bar = el("span", "meter");
+  const fill = el("span", "fill");
+  const share = b.usd > 0 ? Math.min(1, (b.spent_usd || 0) / b.usd) : 1;
+  fill.style.width = `${Math.round(share * 100)}%`;
+  bar.append(fill);
+  row.classList.toggle("full", (b.remaining_usd || 0) <= 0);
+  row.append(name, figure, bar, el("span", "by", `${window} · ${usd(Math.max(b.remaining_usd || 0, 0))} left`));
+  return row;
+}
+
+async function refreshBudgets() {
+  const box = document.getElementById("budgets");
+  if (!box) return;
+  try {
+    const data = await api("api/budgets");
+    const projects = data.projects || [];
+    const rows = [];
+    for (const p of projects) for (const b of p.budgets || []) rows.push(budgetRow(p, b, projects.length > 1));
+    box.hidden = rows.length === 0;
+    box.replaceChildren(el("h2", null, "Budgets"), ...rows);
+  } catch (err) {
+    box.hidden = false;
+    box.replaceChildren(el("p", "empty", `budgets: ${err.message}`));
+  }
+}

@@ -1,0 +1,61 @@
+"""A FastAPI app that mounts the jobs API and tray, beside its own thin routes."""
+
+import contextlib
+import os
+from typing import Any
+
+import renders  # noqa: F401  (registers the film.* kinds that workers run)
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+
+import nw
+from nw import jobs
+from nw.jobs.web import create_app
+
+PROJECT = nw.Project.init(os.environ.get("FILM_PROJECT", "my-film"))  # created if missing
+jobs_app = create_app([PROJECT], token=os.environ["NW_JOBS_TOKEN"])
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    # A mounted app's lifespan is not run by its parent: enter it here, so its
+    # reaper keeps the project honest while the app is up.
+    async with jobs_app.router.lifespan_context(jobs_app):
+        yield
+
+
+app = FastAPI(lifespan=lifespan)
+app.mount("/jobs", jobs_app)  # the tray at /jobs/, its JSON API at /jobs/api/...
+
+
+@app.exception_handler(jobs.InvalidInput)
+async def bad_input(request, exc):
+    return JSONResponse({"error": str(exc)}, status_code=400)
+
+
+@app.exception_handler(jobs.BudgetExceeded)
+async def over_budget(request, exc):
+    return JSONResponse({"error": str(exc)}, status_code=402)
+
+
+@app.post("/clips", status_code=202)
+def animate_clip(body: dict[str, Any]):  # a plain def: FastAPI runs it on its thread pool
+    params = {"model": "kling", "operation": "image_to_video", "duration_s": 5}
+    job = jobs.enqueue(PROJECT, "film.animate", {**params, **body})
+    return jobs.to_dict(job)
+
+
+@app.get("/clips/{job_id}")
+def clip(job_id: str):
+    job = jobs.get_job(PROJECT, job_id)
+    if job is None:
+        raise HTTPException(404, "no such job")
+    return jobs.to_dict(job)
+
+
+@app.post("/clips/{job_id}/cancel")
+def cancel_clip(job_id: str):
+    job = jobs.cancel_job(PROJECT, job_id)
+    if job is None:
+        raise HTTPException(404, "no such job")
+    return jobs.to_dict(job)
