@@ -19,6 +19,7 @@ import pytest
 import nw
 from nw import jobs
 from nw.jobs.stores import open_store
+from nw.jobs.stores.pg_schema import LATEST_VERSION
 from nw.jobs.stores.sqlite import SCHEMA_VERSION
 from tests.conftest import require_postgres
 from tests.fixtures.release_0_1_0.make_fixture import read
@@ -38,6 +39,30 @@ def _project(tmp_path: Path) -> nw.Project:
     finally:
         conn.close()
     return nw.Project(root)
+
+
+def reads_the_same(got: object, expected: object, where: str = "") -> None:
+    """``got`` holds everything the previous release read, unchanged: every
+    value equal, every list as long and in order; a mapping may have gained a
+    key (a minor release may add a field), never lost or changed one."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict), f"{where}: {got!r} is not a mapping"
+        for key, value in expected.items():
+            assert key in got, f"{where}.{key}: gone"
+            reads_the_same(got[key], value, f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(got, list) and len(got) == len(expected), f"{where}: {got!r}"
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            reads_the_same(g, e, f"{where}[{i}]")
+    else:
+        assert got == expected, f"{where}: {got!r}, the previous release read {expected!r}"
+
+
+def test_the_comparison_fails_on_a_changed_or_lost_value_and_passes_an_added_key() -> None:
+    reads_the_same({"a": [1, {"b": 2}], "c": 3}, {"a": [1, {"b": 2}]})
+    for changed in ({"a": [1, {"b": 3}]}, {"a": [1]}, {"c": 3}, {"a": [1, {}]}):
+        with pytest.raises(AssertionError):
+            reads_the_same(changed, {"a": [1, {"b": 2}]})
 
 
 def test_the_fixtures_hold_every_ending_spend_a_learned_duration_and_a_limit() -> None:
@@ -63,7 +88,7 @@ def test_an_embedded_project_of_the_previous_release_is_upgraded_and_reads_the_s
     open_store(project, config, create=True).close()
     after = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
     assert before <= after == SCHEMA_VERSION
-    assert read(project, config) == EXPECTED["sqlite"]
+    reads_the_same(read(project, config), EXPECTED["sqlite"])
 
 
 @pytest.mark.postgres
@@ -89,9 +114,12 @@ def test_a_postgres_schema_of_the_previous_release_is_migrated_and_reads_the_sam
             timeout=120,
         )
         assert done.returncode == 0, done.stderr
+        with psycopg.connect(db_url) as conn:
+            (at,) = conn.execute("SELECT max(version) FROM nw_jobs.schema_migrations").fetchone()
+        assert at == LATEST_VERSION  # every migration of this release applied
         config = jobs.JobsConfig(database_url=db_url)
         project = _project(tmp_path)
-        assert read(project, config) == EXPECTED["postgres"]
+        reads_the_same(read(project, config), EXPECTED["postgres"])
     finally:
         from nw.jobs.stores.pg_pool import close_pools
 
