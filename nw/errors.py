@@ -123,7 +123,7 @@ class BudgetExceeded(NwJobsError):
             why = "this job's cost is unknown, so it needs explicit approval (approved=True)"
         else:
             why = "nothing is left under the cap for a job whose cost is unknown"
-        whose = f"{actor}'s spend cap" if actor else "spend cap"
+        whose = f"spend cap of {actor}" if actor else "spend cap"
         if budget is not None:
             whose = f"budget {budget!r}"
         super().__init__(f"{whose} {_money(cap_usd)}: {committed}; {why}")

@@ -41,13 +41,25 @@ class UserError(InvalidInput):
 
 
 def _console(*, stderr: bool = False):
+    """A rich console that shows what it is given as text: no markup, no emoji
+    codes, no highlighting, and a string's control characters escaped (a
+    renderable from ``nw.cli.render`` escapes its own)."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    from nw.cli.render import text
+
+    class TextConsole(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            shown = [text(o) if isinstance(o, str) else o for o in objects]
+            super().print(*shown, **kwargs)
+
+    return TextConsole(stderr=stderr, highlight=False, markup=False, emoji=False)
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+    from nw.cli.render import shown_json
+
+    sys.stdout.write(shown_json(value) + "\n")
 
 
 def _project(args: argparse.Namespace):

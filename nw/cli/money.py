@@ -76,7 +76,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
         return EXIT_OK
-    from nw.cli_render import usd
+    from nw.cli.render import usd
 
     console = _console()
     cost = result.get("estimated_usd")
@@ -99,7 +99,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_spend(args: argparse.Namespace) -> int:
-    from nw.cli_render import totals_view
+    from nw.cli.render import totals_view
     from nw.jobs import spend, totals
 
     project = _project(args)

@@ -20,7 +20,7 @@ from nw.cli.common import (
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
-    from nw.cli_render import workers_table
+    from nw.cli.render import workers_table
     from nw.jobs import workers
 
     project = _project(args)
@@ -53,7 +53,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_summarize(args: argparse.Namespace) -> int:
     from nw import Project
-    from nw.cli_render import jobs_table
+    from nw.cli.render import jobs_table
     from nw.jobs import summarize
 
     roots = args.roots or [args.project or os.environ.get(PROJECT_ENV) or os.getcwd()]

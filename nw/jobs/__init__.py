@@ -73,6 +73,8 @@ if _typing.TYPE_CHECKING:  # what a type checker sees of the names imported on f
         snapshot,
         spend,
         summarize,
+        wait,
+        watch,
     )
 
 
@@ -147,5 +149,7 @@ __all__ = [
     "summarize",
     "to_dict",
     "totals",
+    "wait",
+    "watch",
     "workers",
 ]

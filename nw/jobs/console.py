@@ -16,7 +16,7 @@ from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
 from nw.jobs import budgets, eta, ids, kinds, limits, liveness, outcome, recovery
-from nw.jobs.checks import _could_name_a_job
+from nw.jobs.checks import _check_text, _could_name_a_job
 from nw.jobs.costing import Quote, quote_for
 from nw.jobs.handles import ProjectLike, _reader
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, Job, JobsConfig
@@ -73,8 +73,7 @@ def retry_jobs(
     refused whole, never half-queued), then each job as it is created."""
     if status not in RETRYABLE:
         raise InvalidValue(f"status must be one of {', '.join(RETRYABLE)}, got {status!r}")
-    if kind is not None and not isinstance(kind, str):
-        raise InvalidType(f"kind must be a string, not {type(kind).__name__}")
+    kind = _check_text(kind, "kind")
     after = _epoch(since, "since")
     proj = as_project(project)
     store, _ = _reader(proj, config)

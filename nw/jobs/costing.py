@@ -284,5 +284,5 @@ def spend_view(
         "live_unknown_count": unknown,
         "is_lower_bound": bool(totals["lower_bound"]) or unknown > 0,
         "budget_usd": cap,
-        "remaining_usd": None if cap is None else cap - total,
+        "remaining_usd": None if cap is None else round(cap - total, 9),
     }

@@ -14,7 +14,16 @@ from au.base import ComputationBackend
 from nw.errors import InvalidType, InvalidValue, UnknownKind
 from nw.jobs import budgets, costing, credentials, eta, ids, kinds, limits, outcome, recovery
 from nw.jobs.body import Launch
-from nw.jobs.checks import _actor, _check_not_before, _check_priority
+from nw.jobs.checks import (
+    MAX_KEY_CHARS,
+    _actor,
+    _check_not_before,
+    _check_priority,
+    check_label,
+    check_name,
+    check_params,
+    derived_label,
+)
 from nw.jobs.costing import quote_for
 from nw.jobs.handles import ProjectLike, _runtime
 from nw.jobs.model import (
@@ -35,7 +44,7 @@ from nw.project import Project, as_project
 
 def _label(kind: str, params: Mapping[str, Any]) -> str:
     title = params.get("title") or params.get("label")
-    return str(title) if title else kind
+    return derived_label(str(title)) if title else kind
 
 
 @dataclass(frozen=True)
@@ -74,10 +83,13 @@ def _prepare(
     """Everything ``enqueue`` checks before it touches a store (see its raises)."""
     if not isinstance(kind, str) or not kind:
         raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
+    check_name(kind, "kind")
+    label = check_label(label)
     who = _actor(actor)
     priority = _check_priority(priority)
     due = _check_not_before(not_before)
     params = ids.check_json_params(costing.with_plan_dict(params))
+    check_params(params)
     units = ids.check_units(params)
     fn = dispatch.get(kind) if dispatch else None
     spec = kinds.kind_spec(kind)
@@ -90,7 +102,11 @@ def _prepare(
         else limits.key_for(spec.limit_key if spec else None, kind, params)
     )
     quote = quote_for(proj, kind, params, config)
-    basis = idempotency_key if idempotency_key is not None else quote.identity
+    basis: str | None
+    if idempotency_key is not None:
+        basis = check_name(idempotency_key, "idempotency_key", MAX_KEY_CHARS)
+    else:
+        basis = quote.identity
     if not isinstance(basis, str) or not basis:
         raise InvalidValue("idempotency_key must be a non-empty string")
     job_id = ids.job_id_for(proj.project_id, kind, basis)

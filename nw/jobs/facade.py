@@ -27,6 +27,7 @@ from nw.jobs.reads import (
 )
 from nw.jobs.records import to_job
 from nw.jobs.spending import estimate, spend
+from nw.jobs.waiting import wait, watch
 from nw.project import as_project
 
 __all__ = [
@@ -52,6 +53,8 @@ __all__ = [
     "spend",
     "stores_to_reap",
     "summarize",
+    "wait",
+    "watch",
 ]
 
 

@@ -160,13 +160,19 @@ def attempts_of(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _iso(ts: Any) -> str | None:
-    return (
-        None if not isinstance(ts, (int, float)) else datetime.fromtimestamp(ts, tz=UTC).isoformat()
-    )
+    when = _dt(ts) if isinstance(ts, (int, float)) else None
+    return None if when is None else when.isoformat()
 
 
 def _dt(ts: Any) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
+    """The time, or None for a time no calendar holds (past year 9999: a prediction
+    scaled past it must not break every read of the project)."""
+    if ts is None:
+        return None
+    try:
+        return datetime.fromtimestamp(float(ts), tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def queued_since(record: Mapping[str, Any], until: float) -> float:

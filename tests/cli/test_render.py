@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from nw.cli_render import (
+from nw.cli.render import (
     cost_text,
     eta_text,
     jobs_table,

@@ -124,7 +124,7 @@ def test_budgets_example(film):
     """The budgets how-to: an actor's cap and an unknown cost refuse, nothing written."""
     lines = run("budgets.py", film, _env())
     assert lines[1] == (
-        "actor 'ann''s spend cap $0.50: $0.35 is committed (spent plus live estimates);"
+        "spend cap of actor 'ann' $0.50: $0.35 is committed (spent plus live estimates);"
         " this job's quote of $0.35 would take it past the cap"
     )
     assert lines[2].startswith("True spend cap $5.00: $0.35 is committed")

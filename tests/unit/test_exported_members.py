@@ -63,6 +63,8 @@ EXPECTED = {
     "summarize",
     "to_dict",
     "totals",
+    "wait",
+    "watch",
     "workers",
 }
 
@@ -72,6 +74,7 @@ def test_all_is_exactly_the_public_surface():
     public = {n for n in dir(nw.jobs) if not n.startswith("_")}
     submodules = {
         "accuracy",
+        "aio",
         "body",
         "budgets",
         "checks",
@@ -102,6 +105,7 @@ def test_all_is_exactly_the_public_surface():
         "spending",
         "status",
         "stores",
+        "waiting",
         "waits",
         "wake",
         "web",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, overload
 
-from nw.errors import InvalidSetting
+from nw.errors import ConfigError, InvalidSetting
 from nw.jobs.model import JobsConfig
 from nw.jobs.stores.base import JobStore
 from nw.project import Project
@@ -23,6 +24,20 @@ def database_url(config: JobsConfig) -> str | None:
             f"{DATABASE_URL_ENV} / JobsConfig.database_url must be a postgresql:// URL"
         )
     return url
+
+
+def postgres_opener() -> Callable[..., JobStore | None]:
+    """``open_postgres_store``, or ``ConfigError`` in one line when the extra is absent."""
+    try:
+        from nw.jobs.stores.postgres import open_postgres_store
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("psycopg"):
+            raise
+        raise ConfigError(
+            f"{DATABASE_URL_ENV} / JobsConfig.database_url names a PostgreSQL database, but"
+            f" {exc.name} is not installed: pip install 'nw-jobs[postgres]'"
+        ) from None
+    return open_postgres_store
 
 
 def store_location(project: Project, config: JobsConfig) -> tuple[str, str]:
@@ -47,11 +62,9 @@ def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStor
     the project never stored a job (nothing is created by a read)."""
     backend, where = store_location(project, config)
     if backend == "postgres":
-        from nw.jobs.stores.postgres import open_postgres_store
-
         url = database_url(config)
         assert url is not None  # store_location said postgres
-        return open_postgres_store(url, project, create=create)
+        return postgres_opener()(url, project, create=create)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not Path(where).exists():
@@ -97,12 +110,10 @@ def _exists(project: Project, config: JobsConfig) -> bool:
 def _open_writable(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
     backend, where = store_location(project, config)
     if backend == "postgres":
-        from nw.jobs.stores.postgres import open_postgres_store
-
         # Writable, but a read path (create=False) never migrates nor makes an id.
         url = database_url(config)
         assert url is not None  # store_location said postgres
-        return open_postgres_store(url, project, create=create, read_only=False)
+        return postgres_opener()(url, project, create=create, read_only=False)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not _writable(Path(where)):

@@ -138,6 +138,14 @@ class JobStore(ABC):
         it moved. None: this store cannot tell (read every time)."""
         return None
 
+    @abstractmethod
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` (on another thread: keep it quick) when a job of
+        this store may have changed, by any process: at least whenever a job
+        ends or a cancel is asked. Returns the call that stops it. Once this
+        returns, no such change is missed (``jobs.wait`` reads its job after
+        subscribing, then sleeps until called)."""
+
     # ----- the atomic transitions -----------------------------------------------
     @abstractmethod
     def create(

@@ -123,11 +123,17 @@ def _jsonb(value: Any) -> Jsonb:
     return Jsonb(value, dumps=_dumps)
 
 
-def channel_for(project_id: str) -> str:
-    """The NOTIFY channel of a project (a valid identifier, <= 63 bytes)."""
+def channel_for(project_id: str, prefix: str = "nw_jobs_") -> str:
+    """The NOTIFY channel of a project (a valid identifier, <= 63 bytes): its
+    wake-up channel (a claimable job was queued), or with ``prefix`` another."""
     if re.fullmatch(r"[A-Za-z0-9_]{1,48}", project_id):
-        return f"nw_jobs_{project_id.lower()}"
-    return "nw_jobs_" + hashlib.sha256(project_id.encode()).hexdigest()[:40]
+        return f"{prefix}{project_id.lower()}"
+    return prefix + hashlib.sha256(project_id.encode()).hexdigest()[:40]
+
+
+#: The prefix of a project's change channel: NOTIFYed when a job ends or a
+#: cancel is asked (what ``jobs.wait`` and ``jobs.watch`` wake on).
+CHANGES_PREFIX = "nw_chg_"
 
 
 class PostgresJobStore(JobStore):
@@ -149,6 +155,7 @@ class PostgresJobStore(JobStore):
         self.project_id = project_id
         self.read_only = read_only
         self.channel = channel_for(project_id)
+        self.changes_channel = channel_for(project_id, CHANGES_PREFIX)
         self._tls = threading.local()
         self._lost_leases: set[str] = set()
         """Leases of claims that raised, maybe committed (``lost_claims``)."""
@@ -166,7 +173,7 @@ class PostgresJobStore(JobStore):
 
     # ----- running a named query -----------------------------------------------------
     def _params(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        return {"project_id": self.project_id, **args}
+        return {"project_id": self.project_id, "changes_channel": self.changes_channel, **args}
 
     def _read(self, what: str, args: Mapping[str, Any], query: str | None = None) -> list[dict]:
         """The rows of the named query ``what`` (or of ``query``)."""
@@ -288,6 +295,12 @@ class PostgresJobStore(JobStore):
 
     def change_mark(self) -> tuple[Any, ...]:
         return tuple(self._read("change_mark", {})[0].values())
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        # The statements that end a job or ask for a cancel NOTIFY this channel.
+        from nw.jobs.stores import pg_changes
+
+        return pg_changes.subscribe(self.db.url, self.changes_channel, callback)
 
     def iter_ids(self) -> Iterator[str]:
         return iter([r["job_id"] for r in self._read("iter_ids", {})])

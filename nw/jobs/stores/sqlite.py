@@ -282,6 +282,12 @@ class SqliteJobStore(JobStore):
         with self._cursor() as c:
             return c.execute(Q["change_mark"]).fetchone()[0], c.total_changes
 
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        # Every commit, by any process, writes the -wal file beside the database.
+        from nw.jobs.stores import file_changes
+
+        return file_changes.subscribe(self.path.parent, callback)
+
     def iter_ids(self) -> Iterator[str]:
         with self._cursor() as c:
             ids = [r["job_id"] for r in c.execute(Q["iter_ids"])]

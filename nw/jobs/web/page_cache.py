@@ -17,8 +17,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, cast
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
+from nw.jobs.web.responses import JSONResponse
 from nw.jobs.web.streams import Marks
 from nw.project import Project
 

@@ -10,12 +10,13 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from nw.jobs import facade, kinds
 from nw.jobs.web import state, streams
 from nw.jobs.web.inputs import body_text, json_array, json_object
+from nw.jobs.web.responses import JSONResponse
 
 
 def get_job(request: Request) -> JSONResponse:

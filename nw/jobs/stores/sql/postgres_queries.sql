@@ -544,7 +544,8 @@ UPDATE nw_jobs.jobs j
 -- Terminal writes, many in one statement (the group commit of `finish`):
 -- %(batch)s is a JSON array of {job_id, attempt, au_status, value, error,
 -- cols, doc}, each fenced by its attempt and patched as by `patch`, its au
--- status entry written with it. Returns the ids written.
+-- status entry written with it. Returns the ids written, and NOTIFYs the
+-- project's change channel once when any was (a `jobs.wait` wakes on it).
 WITH p AS (
   SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
       AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
@@ -570,7 +571,8 @@ WITH p AS (
      AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
   RETURNING j.job_id
 )
-SELECT job_id FROM jb;
+-- one NOTIFY for the batch, on the project's change channel (`jobs.wait`)
+SELECT job_id, (SELECT pg_notify(%(changes_channel)s, '')) IS NULL AS notified FROM jb;
 
 -- name: finish_many_and_claim
 -- A worker's batch of finishes (as `finish_many`) and the claim (as `claim`:
@@ -584,6 +586,7 @@ SELECT job_id FROM jb;
 -- so it leaves the batch's own jobs out of the running counts: it only
 -- decides which jobs come back held, never what starts. One row at least:
 -- the ids written, then one picked job per row (NULLs when none was picked).
+-- The change channel is NOTIFYed once when any finish was written.
 WITH p AS (
   SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
       AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
@@ -647,7 +650,10 @@ WITH p AS (
    WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
   RETURNING j.*
 )
-SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished, r.*
+SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished,
+       (SELECT pg_notify(%(changes_channel)s, '') FROM (SELECT 1 FROM fj LIMIT 1) x) IS NULL
+         AS notified,
+       r.*
   FROM (SELECT 1) one
   LEFT JOIN (SELECT picked.n, picked.held, picked.limit_key, picked.job_id, jb.created_at,
                     jb.kind, jb.attempt, jb.cancel_requested, jb.started_at, jb.finished_at,
@@ -690,7 +696,8 @@ SELECT count(*) AS requeued FROM jb;
 -- Sets the cancel flag of a queued or running job and flips its au status to
 -- cancelled. A queued job is finished at once (it never runs), with %(doc)s
 -- (why) merged into its record; a running one reads `cancelling` until its
--- body stops. A finished job is left alone.
+-- body stops. A finished job is left alone. The change channel is NOTIFYed
+-- when the job was flagged.
 WITH cur AS (
   SELECT job_id, au_status = 'pending' AS queued FROM nw_jobs.jobs
    WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND NOT cancel_requested
@@ -706,7 +713,10 @@ WITH cur AS (
    WHERE j.project_id = %(project_id)s AND j.job_id = cur.job_id
   RETURNING j.job_id
 )
-SELECT count(*) AS cancelled FROM jb;
+SELECT count(*) AS cancelled,
+       (SELECT pg_notify(%(changes_channel)s, '') FROM (SELECT 1 FROM jb LIMIT 1) x) IS NULL
+         AS notified
+  FROM jb;
 
 -- name: beat
 -- One heartbeat for a runner and the running jobs it holds; returns the ids
