@@ -18,7 +18,7 @@ before the input checks existed are shown the same way.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -339,7 +339,7 @@ def cost_lines(job: Mapping[str, Any], quote: Mapping[str, Any] | None = None) -
     """The cost in full: estimate, actual with its honesty flag, cache savings, the quote."""
     cost = job.get("cost") or {}
     estimated, actual = cost.get("estimated_usd"), cost.get("actual_usd")
-    lower = cost.get("actual_is_lower_bound")
+    lower: Any = cost.get("actual_is_lower_bound")
     lines = [f"estimated {'unknown' if estimated is None else usd(estimated)}"]
     if actual is None:
         lines.append("actual not reported" + (" (an unknown cost was billed)" if lower else ""))
@@ -363,7 +363,7 @@ def cost_lines(job: Mapping[str, Any], quote: Mapping[str, Any] | None = None) -
 
 def job_detail(
     job: Mapping[str, Any],
-    trail: list[Mapping[str, Any]] | None = None,
+    trail: Sequence[Mapping[str, Any]] | None = None,
     *,
     quote: Mapping[str, Any] | None = None,
 ) -> Group:
@@ -380,7 +380,7 @@ def job_detail(
         ("kind", job.get("kind")),
         ("actor", " ".join(filter(None, [actor.get("id"), actor.get("handle")])) or None),
         ("status", status_cell(job)),
-        ("grade", Text(job.get("grade") or "—", style=GRADE_STYLE.get(job.get("grade") or ""))),
+        ("grade", Text(job.get("grade") or "—", style=GRADE_STYLE.get(job.get("grade") or "", ""))),
         ("progress", Group(bar(job, width=30), Text(pct_text(job)))),
         ("ETA", eta_text(job)) if live else ("ran", duration(job.get("elapsed_s"))),
         ("stage", stage_text(job)),

@@ -10,7 +10,7 @@ keeps the spend it deletes in the store's per-day rollup, so a budget,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -186,7 +186,7 @@ def _create(
     job_id, who, now = record["job_id"], record.get("actor"), config.clock()
     quote.gate(store, approved=approved, config=config, job_id=job_id)
     quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
-    admit = None
+    admit: Callable[[], None] | None = None
     if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
         def admit() -> None:  # again inside the create, where enqueues serialise

@@ -119,7 +119,7 @@ def gate_batch(
     config: JobsConfig,
     now: float,
     actors: Sequence[Mapping[str, str] | None] | None = None,
-    names: Sequence[str] | None = None,
+    names: Sequence[str | None] | None = None,
 ) -> None:
     """``Quote.gate`` and ``Quote.gate_actor`` for new jobs admitted together:
     each in turn must fit under the project's cap with the committed spend plus
@@ -252,7 +252,7 @@ def quote_for(
         if not for_estimate:
             raise
         log.warning("estimate: params['plan'] cannot be read as a plan", exc_info=True)
-        unreadable = {
+        unreadable: dict[str, Any] = {
             "status": pricing.STATUS_UNKNOWN,
             "total_usd": None,
             "as_of_total_usd": None,
@@ -283,6 +283,7 @@ def spend_view(
     total = actual + live
     if cap == "project":
         cap = config.budget_usd
+    assert not isinstance(cap, str), cap  # "project" is the one name of a cap
     return {
         "actual_usd": actual,
         "live_estimated_usd": live,

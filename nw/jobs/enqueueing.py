@@ -102,6 +102,7 @@ def _prepare(
         else limits.key_for(spec.limit_key if spec else None, kind, params)
     )
     quote = quote_for(proj, kind, params, config)
+    basis: str | None
     if idempotency_key is not None:
         basis = check_name(idempotency_key, "idempotency_key", MAX_KEY_CHARS)
     else:
@@ -225,7 +226,7 @@ def enqueue(
     plan = eta.eta_plan(item.params, item.units, config)
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
     record = _new_record(item, plan, samples, rt, config)
-    admit = None
+    admit: Callable[[], None] | None = None
     if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
         def admit() -> None:
@@ -244,6 +245,7 @@ def enqueue(
     if not created and _dead_duplicate(store, row, rt, config):
         row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
+        assert fn is not None  # a runtime is taken only for a body
         held = dict(secrets or {})
         if ambient and credentials.FAL not in held:
             held[credentials.FAL] = ambient  # so it is redacted like any secret
@@ -390,7 +392,7 @@ def enqueue_many(
         for n, plan in zip(unique, plans, strict=True)
     ]
     claimable = [prepared[n].fn is None for n in unique]
-    admit = None
+    admit: Callable[[list[int]], None] | None = None
     if gated:
 
         def admit(positions: list[int]) -> None:

@@ -169,7 +169,8 @@ def snapshot(
     terminal status)."""
     from nw.jobs.records import to_dict
 
-    active, recent = [], []
+    active: list[tuple[str, Job]] = []
+    recent: list[tuple[str, Job]] = []
     now = config.clock()
     for proj in projects:
         project = as_project(proj)
@@ -189,8 +190,9 @@ def snapshot(
             worker = recovery.worker_of(row, workers)
             job = to_job(row, now, config, worker, held.get(row.record["job_id"]))
             (recent if job.is_terminal else active).append((str(project.root), job))
-    active.sort(key=lambda pj: pj[1].created_at, reverse=True)
-    recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)
+    # every stored job has its created_at (Job says Optional for a job being built)
+    active.sort(key=lambda pj: pj[1].created_at, reverse=True)  # type: ignore[arg-type,return-value]
+    recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)  # type: ignore[arg-type,return-value]
     return {
         "active": [{**to_dict(j), "project": r} for r, j in active[:active_limit]],
         "recent": [{**to_dict(j), "project": r} for r, j in recent[:recent_limit]],
@@ -259,9 +261,10 @@ def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str,
     out = {}
     for row in queued:
         job_id, rec = row.record["job_id"], row.record
-        due = rec.get("not_before")
+        due: Any = rec.get("not_before")
         delayed = isinstance(due, (int, float)) and due > now + 0.5
-        lim = lims.get(rec.get("limit_key"))
+        key: Any = rec.get("limit_key")
+        lim = lims.get(key)
         held = delayed or (lim is not None and limits.is_full(lim))
         if not held and not liveness.runs_inproc(rec) and rec.get("kind") not in kept.served:
             out[job_id] = waits.Wait(None, waits.unserved_text(str(rec.get("kind"))))

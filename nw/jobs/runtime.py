@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 from au import (
     ComputationResult,
@@ -166,7 +166,7 @@ class Runtime:
         slots). An in-process body's thread waits for the commit itself: its
         pool also starts the jobs queued for a thread, and an exiting process
         joins that thread, so a result is never left uncommitted."""
-        self.on_beat: Callable[[RunnersRead | bool | None], None] | None = None
+        self.on_beat: Callable[[RunnersRead | Literal[False] | None], None] | None = None
         """Called on the beat thread after each beat, with the runners it read
         (None: it read none; False: the beat failed). A worker feeds its reaper."""
         self.learning = DurationLearningMiddleware(record=self._learn, config=config)

@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Literal
 
 from nw.errors import InvalidSetting, JobStoreError, NwJobsError, ProjectError
 from nw.jobs import credentials, kinds, outcome, worker_cli
@@ -104,7 +104,7 @@ class Worker:
         self.stopped_back = 0
         self._count_lock = threading.Lock()
         """Jobs whose body stopped for the shutdown and went back to the queue."""
-        self._listener = None
+        self._listener: Any = None  # the store's wake_listener
         self._reaping = BeatReaping(self._after_beat)
         for project in self.projects:
             store = open_store(project, config, create=True)
@@ -128,7 +128,7 @@ class Worker:
                 kinds=self.kinds,
                 runner_id=self.runner_id,
                 want=self._refill_want,
-                take=lambda rows, asked, rt=rt: self._take(rt, rows, asked),
+                take=functools.partial(self._take, rt),
                 clock=config.clock,
             )
 
@@ -205,7 +205,7 @@ class Worker:
         return sum(rt.busy for rt in self.runtimes) + self._claiming
 
     # ----- the loop --------------------------------------------------------------
-    def _beaten(self, reaper: Reaper, read: RunnersRead | bool | None) -> None:
+    def _beaten(self, reaper: Reaper, read: RunnersRead | Literal[False] | None) -> None:
         """A beat of the project's runtime (the beat thread): its reaper judges
         what it read on the reaping thread, or learns that the store failed it."""
         if read is False:
@@ -369,7 +369,7 @@ class Worker:
                 self._end_unlaunched(rt, row, message)
 
     def _end_unlaunched(self, rt: Runtime, row: JobRow, message: str) -> None:
-        job_id = row.record.get("job_id")
+        job_id: Any = row.record.get("job_id")
         try:
             written = outcome.end_unlaunched(rt.store, row, message, self.config)
         except Exception as exc:  # the read, or building the write, failed

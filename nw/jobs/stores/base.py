@@ -271,7 +271,7 @@ class JobStore(ABC):
 
     @abstractmethod
     def requeue(
-        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
+        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
     ) -> bool:
         """A failed attempt goes back to the queue, due at ``not_before`` (fenced).
         False, and nothing written, when the attempt is not current or the job
@@ -350,6 +350,38 @@ class JobStore(ABC):
         """Spend of the jobs finished since ``since`` (rollup included):
         ``{kind, actor_id ('' for none), today (finished since today), usd,
         lower_bound}`` rows."""
+
+    @abstractmethod
+    def budgets(self) -> list[dict[str, Any]]:
+        """The stored budgets' rows (``nw.jobs.budgets``)."""
+
+    @abstractmethod
+    def set_budget(
+        self,
+        key: str,
+        *,
+        usd: float | None,
+        per: str | None,
+        actor_id: str | None,
+        kind: str | None,
+        now: float,
+    ) -> None:
+        """Set the budget ``key`` (``usd=None`` removes it)."""
+
+    @abstractmethod
+    def approval(self) -> dict[str, Any] | None:
+        """The stored approval rule's row, or None."""
+
+    @abstractmethod
+    def set_approval(self, *, threshold_usd: float | None, mode: str, now: float) -> None:
+        """Set the approval rule."""
+
+    @abstractmethod
+    def budget_spend(
+        self, *, since: float | None, actor_id: str | None, kind: str | None
+    ) -> dict[str, Any]:
+        """Committed spend since ``since`` of an actor's and/or a kind's jobs
+        (rollup included), in ``spend``'s form."""
 
     @abstractmethod
     def counts(self) -> list[dict[str, Any]]:

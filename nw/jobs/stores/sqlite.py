@@ -384,7 +384,9 @@ class SqliteJobStore(JobStore):
             args = {"job_id": job_id, "now": now, "runner_id": runner_id}
             c.execute(Q["start_status"], args)
             c.execute(Q["start_job"], args)
-            rows.append(self._get(c, job_id))
+            row = self._get(c, job_id)
+            assert row is not None  # started just now, in this transaction
+            rows.append(row)
         return rows
 
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
@@ -424,7 +426,7 @@ class SqliteJobStore(JobStore):
     ) -> None:
         started: dict[str, int] = {}
         for key in keys:
-            if key in rooms:
+            if key is not None and key in rooms:
                 started[key] = started.get(key, 0) + 1
         for key, n in started.items():
             log = rooms[key][1] + [now] * n
@@ -457,8 +459,8 @@ class SqliteJobStore(JobStore):
                 by_id = dict(cands)
                 for job_id in admitted:
                     key = by_id[job_id]
-                    if free.get(key) is not None:
-                        free[key] -= 1
+                    if (room := free.get(key)) is not None:
+                        free[key] = room - 1
                 ids += admitted
                 keys += [by_id[job_id] for job_id in admitted]
                 if len(admitted) == len(cands) or len(ids) >= limit:
@@ -595,7 +597,7 @@ class SqliteJobStore(JobStore):
             return True
 
     def requeue(
-        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
+        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
     ) -> bool:
         with self._cursor(write=True) as c:
             doc = self._fence(c, job_id, attempt, unfinished=True)  # a result stays
@@ -622,7 +624,9 @@ class SqliteJobStore(JobStore):
                     "error_kind": "cancelled",
                 }
             c.execute(Q["cancel_status"], {"job_id": job_id})
-            self._patch(c, job_id, fields, self._fence(c, job_id, None))
+            doc = self._fence(c, job_id, None)
+            assert doc is not None  # the row read above, in this transaction
+            self._patch(c, job_id, fields, doc)
             return self._get(c, job_id)
 
     def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
