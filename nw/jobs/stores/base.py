@@ -22,6 +22,7 @@ overwrite a newer attempt or a final state.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -34,9 +35,12 @@ from au import ComputationResult, ComputationStatus, ComputationStore
 
 from nw.jobs.limits import Limit, NotYet
 from nw.jobs.records import JobRow
+from nw.jobs.storable import storable_finish
 
 if TYPE_CHECKING:
     from nw.jobs.stores.index_view import IndexView
+
+log = logging.getLogger("nw.jobs")
 
 #: How many bounds the duration histogram's statement takes (``durations``).
 DURATION_BOUNDS = 10
@@ -500,6 +504,22 @@ def check_distinct(records: Sequence[Mapping[str, Any]]) -> None:
     ids = [r["job_id"] for r in records]
     if len(set(ids)) != len(ids):
         raise ValueError("create_many needs distinct job ids (dedup the batch first)")
+
+
+def as_stored(
+    job_id: str, result: Any, error: str | None, fields: Mapping[str, Any]
+) -> tuple[Any, str | None, dict[str, Any]]:
+    """A finish's or a requeue's result, error and fields as every store keeps
+    them (``storable``: NUL and lone surrogates replaced by U+FFFD, the parts
+    named in ``text_replaced``); said in the log when anything was replaced."""
+    result, error, kept, parts = storable_finish(result, error, fields)
+    if parts:
+        log.warning(
+            "job %s: NUL or lone surrogates in its %s, which no store keeps: stored as U+FFFD",
+            job_id,
+            ", ".join(parts),
+        )
+    return result, error, kept
 
 
 def utc_iso(ts: float | None) -> str | None:

@@ -67,11 +67,13 @@ from nw.canonical import stored_json
 from nw.jobs import limits
 from nw.jobs.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.records import JobRow
+from nw.jobs.storable import storable, storable_fields
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
     Refill,
     actor_id_of,
+    as_stored,
     bound_args,
     bucketed,
     carry_over,
@@ -689,6 +691,7 @@ class PostgresJobStore(JobStore):
         return [dict(r) for r in self._read("queue_ahead", {"limit": int(limit)})]
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
+        fields, _ = storable_fields(fields)
         args = {"job_id": job_id, "attempt": attempt, **self._patch_args(fields)}
         return self._exec("patch", args, lambda cur: cur.rowcount) > 0
 
@@ -717,6 +720,7 @@ class PostgresJobStore(JobStore):
         """A finish as the group commit batches it; refused alone (read-only, not JSON)."""
         if self.read_only:
             raise JobStoreError("this job store was opened read-only")
+        result, error, fields = as_stored(job_id, result, error, fields)
         cols, doc = self._patch_fields(fields)
         _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
         return {
@@ -813,6 +817,7 @@ class PostgresJobStore(JobStore):
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
     ) -> bool:
+        _, _, fields = as_stored(job_id, None, None, fields)
         fields = {**fields, "started_at": None, "heartbeat_at": None}
         args = {
             "job_id": job_id,
@@ -871,6 +876,7 @@ class PostgresJobStore(JobStore):
         self._write("add_samples", op)
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
+        beat, _ = storable(dict(beat))
         stage = beat.get("stage")
         params = self._params(
             {

@@ -33,10 +33,12 @@ from nw.jobs import limits
 from nw.jobs.errors import JobStoreError
 from nw.jobs.model import ACTIVE_STATUSES
 from nw.jobs.records import JobRow, unreadable_record
+from nw.jobs.storable import storable, storable_fields
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
     actor_id_of,
+    as_stored,
     bound_args,
     bucketed,
     carry_over,
@@ -564,6 +566,7 @@ class SqliteJobStore(JobStore):
         return _dumps(current)
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
+        fields, _ = storable_fields(fields)
         with self._cursor(write=True) as c:
             doc = self._fence(c, job_id, attempt)
             if doc is None:
@@ -581,6 +584,7 @@ class SqliteJobStore(JobStore):
         fields: Mapping[str, Any],
         attempt: int | None,
     ) -> bool:
+        result, error, fields = as_stored(job_id, result, error, fields)
         args = {
             "job_id": job_id,
             "au_status": au_status.value,
@@ -599,6 +603,7 @@ class SqliteJobStore(JobStore):
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
     ) -> bool:
+        _, _, fields = as_stored(job_id, None, None, fields)
         with self._cursor(write=True) as c:
             doc = self._fence(c, job_id, attempt, unfinished=True)  # a result stays
             if doc is None:
@@ -661,6 +666,7 @@ class SqliteJobStore(JobStore):
                 c.execute(Q["prune_samples"], {"key": key, "window": window})
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
+        beat, _ = storable(dict(beat))
         stage = beat.get("stage")
         args = {
             "job_id": job_id,
