@@ -7,6 +7,7 @@ nothing. A queued job's predicted start and hold come from ``nw.jobs.waits``."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from nw.errors import InvalidValue
 from nw.jobs import eta, limits, liveness, queue_view, recovery, waits
 from nw.jobs.checks import _check_grade, _check_limit, _check_status, _check_text, _could_name_a_job
 from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.journal import FINISHING_HINT
 from nw.jobs.model import (
     ACTIVE_STATUSES,
     DEFAULT_CONFIG,
@@ -235,6 +237,8 @@ def _read(
     if not store.read_only:
         row = recovery.maybe_reap(store, row, now, config, holds, workers)
     job = to_job(row, now, config, recovery.worker_of(row, workers), wait)
+    if rt is not None and job.status in ACTIVE_STATUSES and rt.is_finishing(job.job_id):
+        job = dataclasses.replace(job, label_hint=FINISHING_HINT)  # its outcome is kept
     floor = row.record.get("pct_floor")
     if (
         not store.read_only

@@ -42,6 +42,7 @@ from typing import Any, Literal
 from nw.errors import InvalidSetting, JobStoreError, NwJobsError, ProjectError
 from nw.jobs import credentials, kinds, outcome, worker_cli
 from nw.jobs.body import Launch
+from nw.jobs.journal import journal_dir
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
 from nw.jobs.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
@@ -119,7 +120,11 @@ class Worker:
                 runner_id=self.runner_id,
                 info={"wake": self._listener.address, "kinds": self.kinds()},
                 on_release=self._released,
+                journal=journal_dir(project.root),
             )
+            # Outcomes a stopped worker could not record, written before this
+            # one claims or reaps anything (its reaper is fed from below on).
+            rt.finishing.replay()
             self.runtimes.append(rt)
             reaper = Reaper(store, config, rt.holds)
             self.reapers.append(reaper)
@@ -417,8 +422,12 @@ class Worker:
         or the finishes it rides with. A provider that fails runs the job without."""
         try:
             secrets = dict(self._secrets(kind, params))
-        except Exception:
-            log.exception("secrets provider failed for kind %s", kind)
+        except Exception as exc:  # its type only: a provider's message may quote a secret
+            log.error(
+                "secrets provider failed for kind %s: %s (its message is not logged)",
+                kind,
+                type(exc).__name__,
+            )
             secrets = {}
         launch.secrets = secrets
         if secrets.get(credentials.FAL):  # without one there is nothing to bind per job
