@@ -185,9 +185,15 @@ class Finishing:
         return found
 
     def close(self) -> None:
+        """Stop retrying; what is still pending is left in the journal (one
+        last try to write the files of those only in memory) for the next
+        worker to replay."""
         with self._lock:
             self._closed = True
+            left = list(self._pending.values())
             self._wake.notify_all()
+        for entry in left:
+            self._persist(entry)
 
     # ----- inside ------------------------------------------------------------------
     def _add(self, entry: Pending) -> None:
