@@ -23,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 
 import pytest
 
@@ -103,15 +104,13 @@ FAULTY_WORKER = """
     import os, sqlite3, sys
     from nw.jobs.stores.sqlite import SqliteJobStore
 
-    fails, log = int(os.environ["NW_TEST_FINISH_FAILS"]), os.environ["NW_TEST_FAULT_LOG"]
+    full, log = os.environ["NW_TEST_DISK_FULL"], os.environ["NW_TEST_FAULT_LOG"]
     real = SqliteJobStore.finish
 
     def finish(self, job_id, **kw):
-        with open(log) as f:
-            done = f.read().count("full")
-        if fails < 0 or done < fails:
+        if os.path.exists(full):  # the disk is full while this file is there
             with open(log, "a") as f:
-                f.write("full\\n")
+                f.write(job_id + "\\n")
             with self._driver_errors():  # as SQLite says it: the store's own error
                 raise sqlite3.OperationalError("database or disk is full")
         return real(self, job_id, **kw)
@@ -122,9 +121,12 @@ FAULTY_WORKER = """
 """
 
 
-def _faulty_worker(project, tmp_path, fails: int, log_path):
-    faults = tmp_path / "faults.log"
+def _faulty_worker(project, tmp_path, log_path):
+    """A worker whose store refuses every finish while ``full`` exists, as
+    SQLite does on a full disk; ``faults`` gets a line per refusal."""
+    faults, full = tmp_path / "faults.log", tmp_path / "disk-is-full"
     faults.touch()
+    full.touch()
     args = [
         sys.executable,
         "-c",
@@ -143,7 +145,7 @@ def _faulty_worker(project, tmp_path, fails: int, log_path):
     ]
     env = {
         "PYTHONPATH": ROOT,
-        "NW_TEST_FINISH_FAILS": str(fails),
+        "NW_TEST_DISK_FULL": str(full),
         "NW_TEST_FAULT_LOG": str(faults),
     }
     import os
@@ -154,36 +156,46 @@ def _faulty_worker(project, tmp_path, fails: int, log_path):
         stdout=subprocess.DEVNULL,
         stderr=open(log_path, "w"),  # noqa: SIM115
     )
-    return proc, faults
+    return proc, faults, full
 
 
 def test_a_finish_refused_by_a_full_disk_is_kept_and_recorded_once_space_returns(
     project, sqlite_cfg, tmp_path
 ):
     cfg = sqlite_cfg
-    # Given a worker whose first 6 finishes fail as a full disk fails them: 6.3 s
-    # of back-off, past the job's heartbeat_stale (1 s) and worker_stale (6 s)
+    # Given three paid jobs of a retryable kind, run by a worker whose finishes
+    # fail as a full disk fails them
     log = tmp_path / "runs.log"
     paid = [
         jobs.enqueue(project, "pr.returns", {"log": str(log), "i": i, "usd": 2.0}, config=cfg)
         for i in range(3)
     ]
-    worker, faults = _faulty_worker(project, tmp_path, 6, tmp_path / "worker.log")
+    ids = {job.job_id for job in paid}
+    worker, faults, full = _faulty_worker(project, tmp_path, tmp_path / "worker.log")
+
+    def refused() -> Counter:
+        return Counter(faults.read_text().split())
+
     try:
-        # While the finishes are refused, the jobs read running, are kept in the
-        # journal, and no reader reaps them (each get_job here may reap)
-        wait_until(lambda: faults.read_text().count("full") >= 3, timeout=30, what="faults")
-        assert list(journal_dir(project.root).glob("*.json"))
-        for job in paid:
-            assert jobs.get_job(project, job.job_id, config=cfg).status in (
-                jobs.RUNNING,
-                jobs.SUCCEEDED,
-            )
+        # While the disk is full: each finish is kept in the journal and tried
+        # again and again, and its job reads running to every reader (each
+        # get_job here may reap), past heartbeat_stale (1 s) and worker_stale
+        # (6 s): seven tries each are 0.1 + 0.2 + ... + 3.2 s = 6.3 s of back-off
+        def tried_long_enough():
+            tried = refused()
+            states = {i: jobs.get_job(project, i, config=cfg).status for i in ids}
+            assert all(states[i] == jobs.RUNNING for i in tried), states  # never reaped
+            assert set(states.values()) <= {jobs.QUEUED, jobs.RUNNING}, states
+            return len(tried) == 3 and min(tried.values()) >= 7
+
+        wait_until(tried_long_enough, timeout=60, what="seven refused tries of each finish")
+        kept = {p.name.split(".")[0] for p in journal_dir(project.root).glob("*.json")}
+        assert kept == ids
+        full.unlink()  # When space comes back
         done = [_ended(project, job.job_id, cfg) for job in paid]
     finally:
         stop(worker)
     # Then each is recorded succeeded with its cost, once, and the body ran once
-    assert faults.read_text().count("full") == 6
     assert [j.status for j in done] == [jobs.SUCCEEDED] * 3, [j.error for j in done]
     assert [j.cost.actual_usd for j in done] == [2.0] * 3
     assert all(j.attempt == 1 and j.attempts[-1]["ended"] == "succeeded" for j in done)
@@ -201,7 +213,7 @@ def test_a_worker_killed_with_a_finish_pending_leaves_it_to_the_next_which_repla
     log = tmp_path / "runs.log"
     job = jobs.enqueue(project, "pr.returns", {"log": str(log), "usd": 2.0}, config=cfg)
     # Given a worker whose store never takes its finish
-    first, _faults = _faulty_worker(project, tmp_path, -1, tmp_path / "first.log")
+    first, _faults, _full = _faulty_worker(project, tmp_path, tmp_path / "first.log")
     try:
         journaled = wait_until(
             lambda: list(journal_dir(project.root).glob("*.json")), timeout=30, what="journal"
