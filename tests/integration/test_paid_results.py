@@ -275,6 +275,72 @@ def test_a_job_whose_finish_is_kept_reads_finishing_in_its_process_and_a_cancel_
     assert done.status == jobs.CANCELLED and done.result == {"cost_usd_actual": 1.0}
 
 
+def _mount_tmpfs(where, size: str) -> bool:
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def _fill(disk) -> None:
+    """Write a file on ``disk`` until it is full."""
+    chunk = b"\0" * 65536
+    with open(disk / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(chunk)
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0" * 512)
+        except OSError:
+            return
+
+
+def test_a_real_full_disk_refuses_the_finish_until_space_returns(tmp_path):
+    """The same on a real full disk (a small tmpfs under the project): the
+    store, the journal and the beats all fail; the outcome is kept in memory
+    and recorded once space returns; the body ran once."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "8m"):
+        pytest.xfail("cannot mount a tmpfs here (needs root); the injected full disk stands")
+    import nw
+
+    worker = None
+    try:
+        project = nw.Project.init(disk / "proj", title="full disk")
+        cfg = jobs.JobsConfig(heartbeat_interval_s=0.2, heartbeat_stale_s=1.0)
+        log, go, said = tmp_path / "runs.log", tmp_path / "go", tmp_path / "worker.log"
+        job = jobs.enqueue(
+            project, "pr.held", {"log": str(log), "go": str(go), "usd": 2.0}, config=cfg
+        )
+        worker = start_worker(project, extra=IMPORT, log_path=said)
+        wait_until(lambda: _runs(log) == 1, timeout=30, what="the body to start")
+        _fill(disk)  # the disk is full while the body runs
+        go.touch()  # and then it returns
+        wait_until(lambda: "could not record its outcome" in said.read_text(), timeout=30)
+        assert stored_record(project, cfg, job.job_id)["finished_at"] is None  # reads work
+        (disk / "filler").unlink()  # space returns
+        done = _ended(project, job.job_id, cfg)
+        assert done.status == jobs.SUCCEEDED and done.cost.actual_usd == 2.0
+        assert done.attempt == 1 and jobs.spend(project, config=cfg)["actual_usd"] == 2.0
+        assert _runs(log) == 1
+        assert "could not be journaled" in said.read_text()  # the journal was full too
+    finally:
+        if worker is not None:
+            stop(worker)
+        from nw.jobs.runtime import shutdown_runtimes
+        from nw.jobs.stores import close_shared_stores
+
+        shutdown_runtimes(wait=False)
+        close_shared_stores()
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
 # ----- one malformed row hurts only itself -----------------------------------------------
 def test_one_malformed_row_hurts_only_itself(project, sqlite_cfg):
     cfg = dataclasses.replace(sqlite_cfg, budget_usd=100.0)
