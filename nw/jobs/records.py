@@ -25,6 +25,7 @@ from nw.jobs.model import (
     Status,
 )
 from nw.jobs.status import cancelled_error, grade, job_status
+from nw.jobs.storable import REPLACED_FIELD
 from nw.jobs.waits import Wait
 
 
@@ -284,7 +285,15 @@ def to_job(
         not_before=_dt(rec.get("not_before")),
         starts_at=starts_at,
         waiting=(wait.reason if wait is not None and status.value == "queued" else None),
+        text_replaced=_names(rec.get(REPLACED_FIELD)),
     )
+
+
+def _names(value: Any) -> list[str] | None:
+    """A stored list of names, or None (also for anything else)."""
+    if not isinstance(value, list) or not value:
+        return None
+    return [str(v) for v in value]
 
 
 def _round(value: float | None) -> float | None:

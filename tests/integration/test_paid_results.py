@@ -73,6 +73,7 @@ def test_a_result_no_store_keeps_as_given_succeeds_with_its_cost_once(cfg, proje
     kept = msg.replace("\x00", REPLACEMENT).replace("\ud800", REPLACEMENT)
     assert done.result == {"provider_msg": kept, kept: "as a key", "cost_usd_actual": 1.25}
     assert stored_record(project, cfg, job.job_id)[REPLACED_FIELD] == ["result"]
+    assert done.text_replaced == ["result"]
     assert jobs.spend(project, config=cfg)["actual_usd"] == 1.25
     assert _runs(log) == 1
 
@@ -95,6 +96,7 @@ def test_an_error_no_store_keeps_as_given_fails_with_its_cost_once(cfg, project,
     # the event's message, in the trail, by the same rule
     assert said in [beat.get("message") for beat in trail], trail
     assert set(stored_record(project, cfg, job.job_id)[REPLACED_FIELD]) >= {"error"}
+    assert "error" in done.text_replaced
     assert jobs.spend(project, config=cfg)["actual_usd"] == 0.5
     assert _runs(log) == 1
 
@@ -272,6 +274,7 @@ def test_a_job_whose_finish_is_kept_reads_finishing_in_its_process_and_a_cancel_
     refusing[0] = False
     done = _ended(project, job.job_id, cfg, timeout=30)
     assert done.cost.actual_usd == 1.0 and ran == [1]
+    assert done.text_replaced is None
     assert done.status == jobs.CANCELLED and done.result == {"cost_usd_actual": 1.0}
 
 
