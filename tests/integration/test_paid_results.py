@@ -361,6 +361,11 @@ def test_one_malformed_row_hurts_only_itself(project, sqlite_cfg):
         )
     spent = jobs.spend(project, config=cfg)
     assert spent["actual_usd"] == 1.5  # the good row; the bad and the odd add nothing
+    budget = jobs.set_budget(project, 50.0, per="day", config=cfg)  # a stored budget too
+    assert budget["spent_usd"] == 1.5, budget
+    assert [b["spent_usd"] for b in jobs.list_budgets(project, config=cfg)] == [1.5]
+    (row,) = jobs.cost_accuracy(project, config=cfg)  # quoted against billed: the good row
+    assert row["jobs"] == 1 and row["billed_usd"] == 1.5
     more = jobs.enqueue(project, "r", {"i": 4, "estimated_usd": 0.5}, dispatch=ok, config=cfg)
     assert more.job_id not in (good.job_id, bad.job_id)
     wait_until(lambda: jobs.get_job(project, more.job_id, config=cfg).is_terminal)

@@ -601,24 +601,32 @@ ON CONFLICT (one) DO UPDATE
 -- A budget's committed spend, as `spend` but over the jobs it counts: of
 -- :actor_id and :kind when given (NULL: every one), finished at or after
 -- :since (NULL: all time) or still live (a live job's estimate is spent now).
-SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
-                    + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)
+-- Guarded as `spend` is: a doc that is not JSON counts for nothing, a figure
+-- that is not a JSON number as absent.
+SELECT coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.prior_actual_usd') END, 0)
+                    + coalesce(CASE WHEN json_type(doc, '$.earlier_runs_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.earlier_runs_usd') END, 0)
                     + CASE WHEN finished_at IS NULL THEN 0
-                           ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0)
+                           ELSE coalesce(CASE WHEN json_type(doc, '$.actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.actual_usd') END, 0) END), 0.0)
          AS actual_usd,
        coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
                     AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
          AS lower_bound,
        coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN json_extract(doc, '$.estimated_usd') END), 0.0)
+                         THEN CASE WHEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.estimated_usd') END END), 0.0)
          AS live_estimated_usd,
        count(CASE WHEN finished_at IS NULL
-                   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)
+                   AND coalesce(json_type(doc, '$.estimated_usd'), 'null') NOT IN ('integer', 'real')
+                  THEN 1 END)
          AS live_unknown
   FROM jobs
  WHERE (:since IS NULL OR finished_at IS NULL OR finished_at >= :since)
    AND (:actor_id IS NULL OR actor_id = :actor_id)
-   AND (:kind IS NULL OR kind = :kind);
+   AND (:kind IS NULL OR kind = :kind)
+   AND json_valid(doc);
 
 -- name: budget_rollup_spend
 -- What the pruned jobs a budget counts spent, from the UTC day :since_day on
@@ -635,14 +643,17 @@ SELECT coalesce(sum(usd), 0.0) AS usd, coalesce(max(lower_bound), 0) AS lower_bo
 -- both), for the quote-against-bill accuracy (nw/jobs/accuracy.py).
 SELECT kind, finished_at,
        json_extract(doc, '$.estimated_usd') AS quoted_usd,
-       coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
+       coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
+                     THEN json_extract(doc, '$.prior_actual_usd') END, 0)
          + json_extract(doc, '$.actual_usd') AS billed_usd,
        json_extract(doc, '$.params.model') AS model,
        json_extract(doc, '$.params.plan.calls') AS calls
   FROM jobs INDEXED BY jobs_by_finished
  WHERE finished_at IS NOT NULL AND finished_at >= :since
-   AND json_type(doc, '$.estimated_usd') IN ('integer', 'real')
-   AND json_type(doc, '$.actual_usd') IN ('integer', 'real')
+   AND CASE WHEN json_valid(doc)  -- a doc that is not JSON is passed over, not an error
+            THEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
+                 AND json_type(doc, '$.actual_usd') IN ('integer', 'real')
+            ELSE 0 END
    AND (:kind IS NULL OR kind = :kind)
  ORDER BY finished_at DESC
  LIMIT :limit;
