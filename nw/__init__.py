@@ -5,6 +5,6 @@
 
 from nw.project import Project, ProjectError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["Project", "ProjectError", "__version__"]

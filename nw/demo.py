@@ -29,7 +29,7 @@ from rich.live import Live
 from rich.text import Text
 
 from nw import Project
-from nw.cli_render import cost_text, jobs_table, plain_line, usd
+from nw.cli.render import cost_text, jobs_table, plain_line, usd
 from nw.jobs import (
     JobCancelled,
     JobRefused,

@@ -108,8 +108,8 @@ def parse_table(doc: Any, source: str = "<table>") -> RateTable:
         raise bad("'rates' must map model ids to {unit, usd}")
     rates = {}
     for model, entry in raw.items():
-        unit = entry.get("unit") if isinstance(entry, Mapping) else None
-        usd = entry.get("usd") if isinstance(entry, Mapping) else None
+        unit: Any = entry.get("unit") if isinstance(entry, Mapping) else None
+        usd: Any = entry.get("usd") if isinstance(entry, Mapping) else None
         if unit not in UNITS:
             raise bad(f"{model!r}: unit must be one of {', '.join(UNITS)}, got {unit!r}")
         if as_usd(usd) is None:
@@ -426,7 +426,7 @@ def _quote_one(index: int, call: Mapping[str, Any], pricers: Mapping[str, Pricer
         basis = CostBasis.from_dict(raw)
     except Unpriceable as exc:
         return CallQuote(**head, status=STATUS_UNKNOWN, usd=None, as_of_usd=as_of, reason=str(exc))
-    where = {
+    where: dict[str, Any] = {
         "pricer": basis.pricer,
         "table": basis.table or None,
         "table_version_then": basis.table_version or None,

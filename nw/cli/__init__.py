@@ -1,7 +1,7 @@
 """``nw-jobs``: the command line over the facade.
 
 Each subcommand is a thin call into ``nw.jobs``; what a person sees is in
-``nw.cli_render`` (rich on a terminal, plain lines in a pipe, ``--json`` for
+``nw.cli.render`` (rich on a terminal, plain lines in a pipe, ``--json`` for
 scripts). What nw raises on purpose (``nw.errors``: a bad id, a missing
 project, malformed JSON, a broken setting, an unreachable store) ends in one
 line on stderr and exit status 1; set ``NW_JOBS_DEBUG=1`` to see the traceback
@@ -52,9 +52,24 @@ __all__ = [
 ]
 
 
+#: Options whose value may look like a flag to argparse (``--older-than -5d``):
+#: joined to it, so the value's own check says what is wrong with it.
+VALUE_OPTIONS = ("--older-than", "--since")
+
+
+def _joined(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in VALUE_OPTIONS and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_joined(sys.argv[1:] if argv is None else argv))
     if args.version:
         from nw import __version__
 
@@ -79,5 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the store. Anything else is a bug and keeps its traceback.
         if os.environ.get(DEBUG_ENV):
             raise
-        sys.stderr.write(f"nw-jobs: error: {str(exc) or type(exc).__name__}\n")
+        from nw.canonical import escaped
+
+        # one line, whatever the message carries (a caller's text, a stored name)
+        message = escaped(str(exc) or type(exc).__name__)
+        sys.stderr.write(f"nw-jobs: error: {message}\n")
         return EXIT_ERROR

@@ -24,7 +24,7 @@ def _print(console: Any, line: str) -> None:
 
 
 def _money(usd: float | None) -> str:
-    from nw.cli_render import usd as money
+    from nw.cli.render import usd as money
 
     return "—" if usd is None else money(usd)
 

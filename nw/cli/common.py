@@ -41,27 +41,50 @@ class UserError(InvalidInput):
 
 
 def _console(*, stderr: bool = False):
+    """A rich console that shows what it is given as text: no markup, no emoji
+    codes, no highlighting, and a string's control characters escaped (a
+    renderable from ``nw.cli.render`` escapes its own)."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    from nw.cli.render import text
+
+    class TextConsole(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            shown = [text(o) if isinstance(o, str) else o for o in objects]
+            super().print(*shown, **kwargs)
+
+    return TextConsole(stderr=stderr, highlight=False, markup=False, emoji=False)
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+    from nw.cli.render import shown_json
+
+    sys.stdout.write(shown_json(value) + "\n")
 
 
 def _project(args: argparse.Namespace):
-    from nw import Project
-
     root = args.project or os.environ.get(PROJECT_ENV) or os.getcwd()
-    return Project(root)
+    return _existing(root)
 
 
 def _projects(args: argparse.Namespace) -> list:
-    from nw import Project
-
     roots = args.project or [os.environ.get(PROJECT_ENV) or os.getcwd()]
-    return [Project(root) for root in roots]
+    return [_existing(root) for root in roots]
+
+
+def _existing(root: str):
+    """The project at ``root``; a folder that is not one (a typo in --project)
+    is one line, not a new empty project made silently. ``nw-jobs init`` makes one."""
+    from nw import Project
+    from nw.project import META_FILE
+
+    project = Project(root)
+    if not (project.meta_dir / META_FILE).is_file():
+        raise UserError(
+            f"{project.root} is not an nw-jobs project (no .nw/{META_FILE}):"
+            f" check --project, or make one with nw-jobs init {project.root}"
+        )
+    return project
 
 
 def _resolve_id(project, text: str) -> str:

@@ -30,7 +30,7 @@ from nw.errors import NwJobsError
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from nw.cli_render import jobs_table
+    from nw.cli.render import jobs_table
     from nw.jobs import list_jobs
 
     project = _project(args)
@@ -76,7 +76,7 @@ def _filters_said(args: argparse.Namespace) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from nw.cli_render import job_detail
+    from nw.cli.render import job_detail
     from nw.jobs import get_job, get_job_progress
 
     project = _project(args)
@@ -104,7 +104,7 @@ def _quote_of(project, job: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from nw.cli_render import plain_line
+    from nw.cli.render import plain_line, shown_json
     from nw.jobs import get_job
 
     project = _project(args)
@@ -117,7 +117,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     console = _console()
     if args.json or not console.is_terminal:
-        data = _watch_lines(fetch, data, args, deadline, plain_line)
+        data = _watch_lines(fetch, data, args, deadline, plain_line, shown_json)
     else:
         data = _watch_live(fetch, data, args, deadline, console)
     if data["status"] not in WATCH_EXIT:
@@ -126,7 +126,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return WATCH_EXIT[data["status"]]
 
 
-def _watch_lines(fetch, data, args, deadline, plain_line) -> dict[str, Any]:
+def _watch_lines(fetch, data, args, deadline, plain_line, shown_json) -> dict[str, Any]:
     """A line (or a JSON object) each time something a person cares about changes."""
     last = None
     while True:
@@ -135,7 +135,7 @@ def _watch_lines(fetch, data, args, deadline, plain_line) -> dict[str, Any]:
         gist = (data["status"], step, data.get("progress"), data.get("cost"))
         if gist != last:
             last = gist
-            line = json.dumps(data, default=str) if args.json else plain_line(data)
+            line = shown_json(data, indent=None) if args.json else plain_line(data)
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
         if data["status"] in WATCH_EXIT or (deadline and time.monotonic() >= deadline):
@@ -150,7 +150,7 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
     from rich.table import Table
     from rich.text import Text
 
-    from nw.cli_render import (
+    from nw.cli.render import (
         GRADE_STYLE,
         bar,
         cost_text,
@@ -159,11 +159,12 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
         pct_text,
         stage_text,
         status_cell,
+        text,
     )
 
     def frame(job: dict[str, Any]) -> Group:
         title = Text.assemble(
-            (job.get("label") or job["kind"], "bold"),
+            text(job.get("label") or job["kind"], style="bold"),
             "  ",
             status_cell(job),
             "  ",
@@ -171,11 +172,11 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
         )
         line = Table.grid(padding=(0, 2))
         line.add_row(bar(job, width=40), Text(pct_text(job), style="bold"), Text(eta_text(job)))
-        detail = Text(f"stage {stage_text(job)}   cost {cost_text(job)}")
+        detail = text(f"stage {stage_text(job)}   cost {cost_text(job)}")
         rows: list[Any] = [title, line, detail]
         if job.get("grade"):
             style = GRADE_STYLE.get(job["grade"], "")
-            rows.append(Text(f"{job['grade']}: {outcome_text(job) or job['status']}", style=style))
+            rows.append(text(f"{job['grade']}: {outcome_text(job) or job['status']}", style=style))
         return Group(*rows)
 
     with Live(frame(data), console=console, refresh_per_second=8) as live:
@@ -189,7 +190,7 @@ def _watch_live(fetch, data, args, deadline, console) -> dict[str, Any]:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from nw.cli_render import plain_line
+    from nw.cli.render import plain_line
     from nw.jobs import cancel_job
 
     project = _project(args)
@@ -212,7 +213,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    from nw.cli_render import plain_line
+    from nw.cli.render import plain_line
     from nw.jobs import retry_job, retry_jobs
 
     project = _project(args)
@@ -269,7 +270,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rows if args.batch is not None else rows[0])
         return EXIT_OK
-    from nw.cli_render import plain_line
+    from nw.cli.render import plain_line
 
     for row in rows:
         print(plain_line(row))

@@ -28,6 +28,8 @@ def cmd_limits(args: argparse.Namespace) -> int:
             raise UserError("nw-jobs limits set needs --max-running and/or --per-second")
         set_limit(project, args.key, max_running=args.max_running, per_second=args.per_second)
     elif args.action == "remove":
+        if args.key not in {limit["key"] for limit in list_limits(project)}:
+            raise UserError(f"no limit on key {args.key!r} to remove (nw-jobs limits lists them)")
         set_limit(project, args.key)
     elif args.key or args.max_running is not None or args.per_second is not None:
         raise UserError("nw-jobs limits (list) takes no KEY or caps; use set or remove")
@@ -76,7 +78,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
         return EXIT_OK
-    from nw.cli_render import usd
+    from nw.cli.render import usd
 
     console = _console()
     cost = result.get("estimated_usd")
@@ -99,7 +101,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_spend(args: argparse.Namespace) -> int:
-    from nw.cli_render import totals_view
+    from nw.cli.render import totals_view
     from nw.jobs import spend, totals
 
     project = _project(args)

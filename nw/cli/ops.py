@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from nw.cli.common import (
     EXIT_OK,
@@ -20,7 +22,7 @@ from nw.cli.common import (
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
-    from nw.cli_render import workers_table
+    from nw.cli.render import workers_table
     from nw.jobs import workers
 
     project = _project(args)
@@ -37,23 +39,57 @@ def cmd_workers(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    """Delete finished jobs older than an age: with ``--dry-run`` only count
+    them; otherwise ask first on a terminal, or take ``--yes``."""
     from nw.jobs import prune
 
     project = _project(args)
+    age = _age_text(args.older_than)
+    would = prune(project, older_than_s=args.older_than, dry_run=True)
+    if args.dry_run or would == 0:
+        if args.json:
+            _print_json({"deleted": 0, "would_delete": would, "older_than_s": args.older_than})
+        elif would == 0:
+            _console().print(f"no finished job is older than {age}: nothing to prune")
+        else:
+            _console().print(f"{would} finished job(s) older than {age} would be pruned")
+        return EXIT_OK
+    if not args.yes:
+        question = f"prune {would} finished job(s) older than {age}?"
+        if not sys.stdin.isatty():
+            raise UserError(f"{question} Pass --yes to go ahead (--dry-run only counts them)")
+        answer = input(f"{question} Their spend stays in the totals. [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            _console().print("nothing pruned")
+            return EXIT_OK
     deleted = prune(project, older_than_s=args.older_than)
     if args.json:
         _print_json({"deleted": deleted, "older_than_s": args.older_than})
         return EXIT_OK
     _console().print(
-        f"pruned {deleted} finished job(s) older than {_age_text(args.older_than)};"
-        " their spend stays in the totals"
+        f"pruned {deleted} finished job(s) older than {age}; their spend stays in the totals"
+    )
+    return EXIT_OK
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Make a project folder (or say the one there is kept as it is)."""
+    from nw import Project
+    from nw.project import META_DIR, META_FILE
+
+    root = args.project or os.environ.get(PROJECT_ENV) or os.getcwd()
+    had = (Path(root).expanduser() / META_DIR / META_FILE).is_file()
+    project = Project.init(root, title=args.title)
+    word = "already a project" if had else "new project"
+    _console().print(
+        f"{project.root}: {word} {project.title!r} (id {project.project_id})", soft_wrap=True
     )
     return EXIT_OK
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
     from nw import Project
-    from nw.cli_render import jobs_table
+    from nw.cli.render import jobs_table
     from nw.jobs import summarize
 
     roots = args.roots or [args.project or os.environ.get(PROJECT_ENV) or os.getcwd()]

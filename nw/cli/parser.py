@@ -14,7 +14,14 @@ from nw.cli.common import (
 from nw.cli.demo import cmd_demo
 from nw.cli.jobs import cmd_cancel, cmd_enqueue, cmd_list, cmd_retry, cmd_show, cmd_watch
 from nw.cli.money import cmd_estimate, cmd_limits, cmd_spend
-from nw.cli.ops import cmd_db_migrate, cmd_prune, cmd_summarize, cmd_worker, cmd_workers
+from nw.cli.ops import (
+    cmd_db_migrate,
+    cmd_init,
+    cmd_prune,
+    cmd_summarize,
+    cmd_worker,
+    cmd_workers,
+)
 from nw.cli.serve import cmd_serve
 from nw.jobs.worker_cli import DESCRIPTION as WORKER_DESCRIPTION
 from nw.jobs.worker_cli import add_arguments as add_worker_arguments
@@ -79,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project", metavar="DIR", help="demo project folder (default: ./nw-demo)")
     p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
     p.add_argument("--speed", type=_positive_float, default=1.0, help="run N times faster")
+
+    p = add("init", cmd_init, "make a project folder (the other commands need one)", [one])
+    p.add_argument("--title", help="the project's title (default: the folder's name)")
 
     p = add("list", cmd_list, "this project's jobs, newest first, a page at a time", [one, as_json])
     p.add_argument("--status", help="only jobs with this status (queued, running, …)")
@@ -187,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--older-than", type=_age, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m"
+    )
+    p.add_argument("--dry-run", action="store_true", help="only count what would be pruned")
+    p.add_argument(
+        "--yes", action="store_true", help="do not ask first (needed without a terminal)"
     )
 
     p = add("summarize", cmd_summarize, "jobs of several projects, read-only", [one, as_json])

@@ -53,6 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     projects = _projects(args)
     _import_modules(args.imports or ())
+    _backend_usable()
     # Bound to loopback, only a loopback name may reach it: a page on another
     # site cannot DNS-rebind its way to the API.
     app = create_app(
@@ -98,6 +99,16 @@ def _url_host(host: str) -> str:
         return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
     except ValueError:
         return host
+
+
+def _backend_usable() -> None:
+    """A database URL that cannot work (not postgresql://, or the postgres extra not
+    installed) is one line now, not a traceback from the app's reaper later."""
+    from nw.jobs.model import DEFAULT_CONFIG
+    from nw.jobs.stores import database_url, postgres_opener
+
+    if database_url(DEFAULT_CONFIG):
+        postgres_opener()
 
 
 def _port_free(host: str, port: int) -> None:

@@ -3,6 +3,7 @@
 The public surface is exactly ``__all__`` (pinned by a test).
 """
 
+import typing as _typing
 from importlib import import_module as _import_module
 
 from nw.jobs.errors import (
@@ -50,6 +51,31 @@ from nw.jobs.records import to_dict
 # without them: a public name not imported above is the console's if listed
 # here, else the facade's.
 _CONSOLE = frozenset({"prune", "retry_job", "retry_jobs", "totals", "workers"})
+
+if _typing.TYPE_CHECKING:  # what a type checker sees of the names imported on first use
+    from nw.jobs.console import prune, retry_job, retry_jobs, totals, workers
+    from nw.jobs.facade import (
+        cancel_job,
+        cost_accuracy,
+        enqueue,
+        enqueue_many,
+        estimate,
+        get_approval,
+        get_job,
+        get_job_progress,
+        list_budgets,
+        list_jobs,
+        list_limits,
+        remove_budget,
+        set_approval,
+        set_budget,
+        set_limit,
+        snapshot,
+        spend,
+        summarize,
+        wait,
+        watch,
+    )
 
 
 def __getattr__(name: str) -> object:

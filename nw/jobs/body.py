@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from au import ComputationResult, ComputationStatus
 
@@ -68,13 +68,18 @@ def redact(text: str, secrets: Mapping[str, str] | None) -> str:
 
 
 def redact_value(value: Any, secrets: Mapping[str, str] | None) -> Any:
-    """``redact`` applied to every string inside a JSON-like value."""
+    """``redact`` applied to every string inside a JSON-like value, mapping
+    keys included, at any depth: the one rule for what a body reports (its
+    events, its errors and its result) before it is stored."""
     if not secrets:
         return value
     if isinstance(value, str):
         return redact(value, secrets)
     if isinstance(value, Mapping):
-        return {k: redact_value(v, secrets) for k, v in value.items()}
+        return {
+            (redact(k, secrets) if isinstance(k, str) else k): redact_value(v, secrets)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [redact_value(v, secrets) for v in value]
     return value
@@ -197,12 +202,35 @@ class EventSink:
         return [[(t - started) / span, f] for t, f in points if f is not None and t >= started]
 
 
+class Keep(Protocol):
+    """Where an outcome whose write failed goes to be written again (``journal.Finishing.keep``)."""
+
+    def __call__(
+        self,
+        job_id: str,
+        attempt: int | None,
+        decided: outcome.Outcome,
+        result: Any,
+        error: BaseException,
+        done: Callable[[bool], None] | None = None,
+    ) -> None: ...
+
+
 def run_attempt(
-    store: JobStore, row: JobRow, launch: Launch, config: JobsConfig, *, hand_over: bool = False
+    store: JobStore,
+    row: JobRow,
+    launch: Launch,
+    config: JobsConfig,
+    *,
+    hand_over: bool = False,
+    keep: Keep | None = None,
 ) -> ComputationResult:
     """Run the body once and write its terminal state; returns what au middleware sees.
     ``hand_over``: return once the outcome is handed to the store, not written;
-    the result's ``metadata["written"]`` is the future of the store's answer."""
+    the result's ``metadata["written"]`` is the future of the store's answer.
+    ``keep``: where an outcome goes whose write failed (it is written again
+    until the store takes it; ``metadata["written"]`` is then settled when it
+    is); without it, that failure is raised here, or logged once handed over."""
     error: BaseException | None = None
     try:
         if launch.setup is not None:
@@ -228,6 +256,7 @@ def run_attempt(
             with launch.capture if launch.capture is not None else nullcontext():
                 value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)
             check_json_params({"result": value})
+            value = redact_value(value, launch.secrets)  # a result never stores a secret
     except BaseException as exc:  # a body must never leave its job RUNNING
         error = exc
     record = sink.record
@@ -257,23 +286,39 @@ def run_attempt(
             log.warning("job %s: its setup raised %s; the body did not run", job_id, ending.message)
     launch.handed_over = True
     written = outcome.write_soon(store, job_id, attempt, decided, value)
-    if hand_over:  # the slot waits on the answer, not this thread
-        answered: Future = Future()
-        answered.set_running_or_notify_cancel()
-
-        def on_written(w: Future) -> None:
-            try:
-                _written(w, launch, decided, job_id, attempt)
-            finally:  # what waits on the answer runs after this, never beside it
-                answered.set_result(None)
-
-        written.add_done_callback(on_written)
-        meta["written"] = answered
-    else:  # a store error is raised here, as by ``write``
+    stored = value if decided.au_status is ComputationStatus.COMPLETED else None
+    if not hand_over and (keep is None or written.exception() is None):
+        # the in-process thread waits for its commit; a store error is raised here
         if not written.result():
             _refused(job_id, attempt)
         else:
             launch.decided = decided
+    else:  # the slot waits on the answer (a kept outcome's included), not this thread
+        answered: Future = Future()
+        answered.set_running_or_notify_cancel()
+
+        def settle(ok: bool | None) -> None:
+            if ok:
+                launch.decided = decided
+            elif ok is False:
+                _refused(job_id, attempt)
+            answered.set_result(None)  # what waits on the answer runs after this
+
+        def on_written(w: Future) -> None:
+            error = w.exception()
+            if error is not None and keep is not None:
+                try:  # held, beating, and written again until the store takes it
+                    keep(job_id, attempt, decided, stored, error, done=settle)
+                    return
+                except Exception:
+                    log.exception("job %s: its outcome could not be kept", job_id)
+            try:
+                _written(w, launch, decided, job_id, attempt)
+            finally:
+                answered.set_result(None)
+
+        written.add_done_callback(on_written)
+        meta["written"] = answered
     if decided.au_status is ComputationStatus.COMPLETED and error is None:
         meta["cached"] = meta["cached"] or bool(ending.fields.get("cached"))
         return ComputationResult(value, ComputationStatus.COMPLETED, metadata=meta)
@@ -372,7 +417,11 @@ def _cancel_requested(store: JobStore, job_id: str, launch: Launch, returned: bo
         return True
     if returned:
         return False
-    row = store.get(job_id)
+    try:
+        row = store.get(job_id)
+    except Exception:  # the store is away: decide on what the attempt knows, and keep it
+        log.warning("job %s: could not read whether a cancel was asked", job_id, exc_info=True)
+        return False
     return row is None or bool(row.record.get("cancel_requested"))
 
 

@@ -377,6 +377,7 @@ def list_budgets(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -
     now = config.clock()
     out = []
     for b in sorted(policy.budgets, key=lambda b: b.key):
+        assert store is not None  # the budgets were read from it
         start, end = window(b.per, now)
         view = costing.spend_view(
             store.budget_spend(since=start, actor_id=b.actor, kind=b.kind), config, cap=b.usd

@@ -1,5 +1,16 @@
 """The facade's checks of a caller's arguments: each returns the value in its
-stored form or raises ``InvalidType``/``InvalidValue`` naming the argument."""
+stored form or raises ``InvalidType``/``InvalidValue`` naming the argument.
+
+The door for text (every string a caller gives is judged here before any store
+sees it; the character classes are ``nw.canonical``'s):
+
+- no string holds a NUL or a lone surrogate: not a params value or key at any
+  depth, not a name, not a filter;
+- a name (kind, actor id and handle, idempotency key, limit key, params key)
+  or a label also holds no control character (``nw.canonical.CONTROL``: C0,
+  DEL, C1, the line separators, the bidirectional overrides);
+- the sizes below are stated once, here.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +19,103 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from nw import canonical
 from nw.errors import InvalidType, InvalidValue
 from nw.jobs import ids
 from nw.jobs.model import (
     Status,
 )
 
+MAX_DEPTH = 32
+"""Levels of nesting in params (``{}`` is one, ``{"a": []}`` two)."""
+
+MAX_LABEL_CHARS = 500
+"""A label (one a caller gives, or one read from its params)."""
+
+MAX_NAME_CHARS = 200
+"""A kind, an actor's id or handle, and each filter of ``list_jobs`` (``q`` too)."""
+
+MAX_KEY_CHARS = 500
+"""An idempotency key (a limit key has ``nw.jobs.limits.MAX_KEY_LEN``)."""
+
+MAX_INT = 10**308
+"""The largest integer params may hold: a number a float (and any JSON reader) can carry."""
+
+MAX_EPOCH_S = 253_402_300_799.0
+"""``not_before``'s latest: 9999-12-31 23:59:59 UTC, the last second a date can name."""
+
+
+def check_name(value: Any, name: str, max_chars: int = MAX_NAME_CHARS) -> str:
+    """A non-empty string of at most ``max_chars`` with no control character,
+    else ``InvalidType``/``InvalidValue`` naming ``name`` and the problem."""
+    if not isinstance(value, str):
+        raise InvalidType(f"{name} must be a string, not {type(value).__name__}")
+    if not value:
+        raise InvalidValue(f"{name} must not be empty")
+    if len(value) > max_chars:
+        raise InvalidValue(f"{name} is {len(value)} characters long; the limit is {max_chars}")
+    problem = canonical.text_problem(value)
+    if problem is not None:
+        raise InvalidValue(f"{name} has {problem}")
+    return value
+
+
+def check_label(label: Any) -> str | None:
+    """A caller's label (None or empty: the job's own is derived)."""
+    if label is None or label == "":
+        return None
+    return check_name(label, "label", MAX_LABEL_CHARS)
+
+
+def derived_label(title: str) -> str:
+    """A label read from ``params["title"]`` (or ``"label"``), which may hold a
+    newline or a tab: each control character a space, cut to ``MAX_LABEL_CHARS``."""
+    text = canonical.CONTROL.sub(" ", title)
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
+
+
+def check_params(params: Mapping[str, Any]) -> None:
+    """Params that are JSON (``ids.check_json_params`` judged them) are also
+    storable: no deeper than ``MAX_DEPTH``, no NUL or lone surrogate in any
+    string, no control character in any key; else ``InvalidValue`` naming where."""
+    stack: list[tuple[Any, Any, int]] = [(params, "params", 1)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, str):
+            problem = canonical.text_problem(node, controls=False)
+            if problem is not None:
+                raise InvalidValue(f"{canonical.spelled(where)} has {problem}")
+            continue
+        if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
+            raise InvalidValue(f"{canonical.spelled(where)} is a number past ±1e308")
+        if isinstance(node, Mapping):
+            children = list(node.items())
+        elif isinstance(node, (list, tuple)):
+            children = [(i, v) for i, v in enumerate(node)]
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise InvalidValue(f"params are nested deeper than {MAX_DEPTH} levels")
+        for key, value in children:
+            if isinstance(node, Mapping):
+                problem = canonical.text_problem(key)
+                if problem is not None:
+                    at = canonical.spelled((where, ".", key))
+                    raise InvalidValue(f"the params key at {at} has {problem}")
+                stack.append((value, (where, ".", key), depth + 1))
+            else:
+                stack.append((value, (where, "[", key), depth + 1))
+
 
 def _actor(actor: Any) -> dict[str, str] | None:
     if actor is None:
         return None
     if isinstance(actor, str):
-        return {"id": actor}
+        return {"id": check_name(actor, "actor")}
     if isinstance(actor, Mapping) and actor.get("id"):
-        out = {"id": str(actor["id"])}
+        out = {"id": check_name(str(actor["id"]), "actor id")}
         if actor.get("handle"):
-            out["handle"] = str(actor["handle"])
+            out["handle"] = check_name(str(actor["handle"]), "actor handle")
         return out
     raise InvalidType("actor must be an id string or a mapping with 'id' (and 'handle')")
 
@@ -64,6 +156,8 @@ def _check_not_before(when: Any) -> float | None:
         return when.timestamp()
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise InvalidType(f"not_before must be epoch seconds or a datetime, not {when!r}")
+    if not 0 <= when <= MAX_EPOCH_S:
+        raise InvalidValue(f"not_before must be from 0 to {MAX_EPOCH_S:.0f} (9999), got {when}")
     return float(when)
 
 
@@ -76,12 +170,11 @@ def _check_grade(grade: str | None) -> str | None:
     raise InvalidValue(f"unknown grade {grade!r}; one of: {', '.join(GRADES)}")
 
 
-def _check_text(value: str | None, name: str) -> str | None:
-    if value is None:
+def _check_text(value: str | None, name: str, max_chars: int = MAX_NAME_CHARS) -> str | None:
+    """A filter: None or empty is no filter; else as ``check_name``."""
+    if value is None or value == "":
         return None
-    if not isinstance(value, str):
-        raise InvalidType(f"{name} must be a string, not {type(value).__name__}")
-    return value or None
+    return check_name(value, name, max_chars)
 
 
 def _check_limit(limit: int) -> int:

@@ -10,13 +10,13 @@ keeps the spend it deletes in the store's per-day rollup, so a budget,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
 from nw.jobs import budgets, eta, ids, kinds, limits, liveness, outcome, recovery
-from nw.jobs.checks import _could_name_a_job
+from nw.jobs.checks import _check_text, _could_name_a_job
 from nw.jobs.costing import Quote, quote_for
 from nw.jobs.handles import ProjectLike, _reader
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, Job, JobsConfig
@@ -73,8 +73,7 @@ def retry_jobs(
     refused whole, never half-queued), then each job as it is created."""
     if status not in RETRYABLE:
         raise InvalidValue(f"status must be one of {', '.join(RETRYABLE)}, got {status!r}")
-    if kind is not None and not isinstance(kind, str):
-        raise InvalidType(f"kind must be a string, not {type(kind).__name__}")
+    kind = _check_text(kind, "kind")
     after = _epoch(since, "since")
     proj = as_project(project)
     store, _ = _reader(proj, config)
@@ -187,7 +186,7 @@ def _create(
     job_id, who, now = record["job_id"], record.get("actor"), config.clock()
     quote.gate(store, approved=approved, config=config, job_id=job_id)
     quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
-    admit = None
+    admit: Callable[[], None] | None = None
     if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
         def admit() -> None:  # again inside the create, where enqueues serialise
@@ -216,12 +215,19 @@ def _epoch(when: float | datetime | None, name: str) -> float | None:
 
 
 # ----- prune -----------------------------------------------------------------------
-def prune(project: ProjectLike, *, older_than_s: float, config: JobsConfig = DEFAULT_CONFIG) -> int:
+def prune(
+    project: ProjectLike,
+    *,
+    older_than_s: float,
+    dry_run: bool = False,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> int:
     """Delete the jobs that finished more than ``older_than_s`` seconds ago
     (their status entries and progress trails too); returns how many. What
     they spent stays in the store's per-day rollup (by kind and actor, with
     their counts by status and grade), so ``spend``, budgets and ``totals``
-    do not change. Live jobs are never touched."""
+    do not change. Live jobs are never touched. ``dry_run``: delete nothing,
+    and return how many would go."""
     if (
         isinstance(older_than_s, bool)
         or not isinstance(older_than_s, (int, float))
@@ -232,7 +238,10 @@ def prune(project: ProjectLike, *, older_than_s: float, config: JobsConfig = DEF
     store = shared_store(as_project(project), config, create=False)
     if store is None:
         return 0
-    return store.prune(cutoff=config.clock() - float(older_than_s))
+    cutoff = config.clock() - float(older_than_s)
+    if dry_run:
+        return store.count_finished_before(cutoff=cutoff)
+    return store.prune(cutoff=cutoff)
 
 
 # ----- totals ----------------------------------------------------------------------

@@ -119,7 +119,7 @@ def gate_batch(
     config: JobsConfig,
     now: float,
     actors: Sequence[Mapping[str, str] | None] | None = None,
-    names: Sequence[str] | None = None,
+    names: Sequence[str | None] | None = None,
 ) -> None:
     """``Quote.gate`` and ``Quote.gate_actor`` for new jobs admitted together:
     each in turn must fit under the project's cap with the committed spend plus
@@ -198,6 +198,11 @@ NO_SPEND: Mapping[str, Any] = MappingProxyType(
 )
 
 
+#: The most a caller may say one job costs: beyond it a figure is a mistake,
+#: and two of them would sum past any float (spend would read $inf).
+MAX_JOB_USD = 1e9
+
+
 def _usd(value: Any) -> float | None:
     return pricing.as_usd(value)
 
@@ -227,10 +232,12 @@ def quote_for(
     """The quote for these params (see the module doc). For ``enqueue``
     (``for_estimate=False``) an unidentifiable plan raises ``PlanError``."""
     caller = _usd(params.get("estimated_usd"))
-    if caller is None and params.get("estimated_usd") is not None:
+    if (caller is None and params.get("estimated_usd") is not None) or (
+        caller is not None and caller > MAX_JOB_USD
+    ):
         raise InvalidValue(
-            "params['estimated_usd'] must be a finite number of dollars from 0, got "
-            f"{params.get('estimated_usd')!r}"
+            f"params['estimated_usd'] must be a number of dollars from 0 to {MAX_JOB_USD:,.0f},"
+            f" got {params.get('estimated_usd')!r}"
         )
     if params.get("plan") is None:
         return Quote(
@@ -245,7 +252,7 @@ def quote_for(
         if not for_estimate:
             raise
         log.warning("estimate: params['plan'] cannot be read as a plan", exc_info=True)
-        unreadable = {
+        unreadable: dict[str, Any] = {
             "status": pricing.STATUS_UNKNOWN,
             "total_usd": None,
             "as_of_total_usd": None,
@@ -276,6 +283,7 @@ def spend_view(
     total = actual + live
     if cap == "project":
         cap = config.budget_usd
+    assert not isinstance(cap, str), cap  # "project" is the one name of a cap
     return {
         "actual_usd": actual,
         "live_estimated_usd": live,

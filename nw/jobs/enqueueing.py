@@ -25,7 +25,16 @@ from nw.jobs import (
     tracing,
 )
 from nw.jobs.body import Launch
-from nw.jobs.checks import _actor, _check_not_before, _check_priority
+from nw.jobs.checks import (
+    MAX_KEY_CHARS,
+    _actor,
+    _check_not_before,
+    _check_priority,
+    check_label,
+    check_name,
+    check_params,
+    derived_label,
+)
 from nw.jobs.costing import quote_for
 from nw.jobs.handles import ProjectLike, _runtime
 from nw.jobs.model import (
@@ -46,7 +55,7 @@ from nw.project import Project, as_project
 
 def _label(kind: str, params: Mapping[str, Any]) -> str:
     title = params.get("title") or params.get("label")
-    return str(title) if title else kind
+    return derived_label(str(title)) if title else kind
 
 
 @dataclass(frozen=True)
@@ -85,10 +94,13 @@ def _prepare(
     """Everything ``enqueue`` checks before it touches a store (see its raises)."""
     if not isinstance(kind, str) or not kind:
         raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
+    check_name(kind, "kind")
+    label = check_label(label)
     who = _actor(actor)
     priority = _check_priority(priority)
     due = _check_not_before(not_before)
     params = ids.check_json_params(costing.with_plan_dict(params))
+    check_params(params)
     units = ids.check_units(params)
     fn = dispatch.get(kind) if dispatch else None
     spec = kinds.kind_spec(kind)
@@ -101,7 +113,11 @@ def _prepare(
         else limits.key_for(spec.limit_key if spec else None, kind, params)
     )
     quote = quote_for(proj, kind, params, config)
-    basis = idempotency_key if idempotency_key is not None else quote.identity
+    basis: str | None
+    if idempotency_key is not None:
+        basis = check_name(idempotency_key, "idempotency_key", MAX_KEY_CHARS)
+    else:
+        basis = quote.identity
     if not isinstance(basis, str) or not basis:
         raise InvalidValue("idempotency_key must be a non-empty string")
     job_id = ids.job_id_for(proj.project_id, kind, basis)
@@ -225,7 +241,7 @@ def enqueue(
     plan = eta.eta_plan(item.params, item.units, config)
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
     record = _new_record(item, plan, samples, rt, config)
-    admit = None
+    admit: Callable[[], None] | None = None
     if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
         def admit() -> None:
@@ -244,6 +260,7 @@ def enqueue(
     if not created and _dead_duplicate(store, row, rt, config):
         row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
+        assert fn is not None  # a runtime is taken only for a body
         held = dict(secrets or {})
         if ambient and credentials.FAL not in held:
             held[credentials.FAL] = ambient  # so it is redacted like any secret
@@ -391,7 +408,7 @@ def enqueue_many(
         for n, plan in zip(unique, plans, strict=True)
     ]
     claimable = [prepared[n].fn is None for n in unique]
-    admit = None
+    admit: Callable[[list[int]], None] | None = None
     if gated:
 
         def admit(positions: list[int]) -> None:

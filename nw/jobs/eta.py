@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:  # numpy is imported where it is used: a worker process starts without it
     import numpy as np
@@ -43,7 +43,7 @@ class Prediction(tuple):
 
     key: str | None
 
-    def __new__(cls, p50: float, p90: float, confidence: str, key: str | None = None):
+    def __new__(cls, p50: float, p90: float, confidence: str, key: str | None = None) -> Prediction:
         obj = super().__new__(cls, (p50, p90, confidence))
         obj.key = key
         return obj
@@ -121,7 +121,7 @@ def eta_plan(params: Mapping[str, Any], units: int | None, config: JobsConfig) -
     return EtaPlan(tuple(candidates), output_kind, units, cache_hit)
 
 
-def _positive_number(value: Any) -> bool:
+def _positive_number(value: Any) -> TypeGuard[float]:
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
@@ -158,7 +158,7 @@ def predict_total_s(
     return Prediction(p50, p50 * config.overrun_factor, "prior", None)
 
 
-def _clean(samples: Sequence[float], window: int) -> np.ndarray:
+def _clean(samples: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
     import numpy as np
 
     values = np.asarray(list(samples)[-window:], dtype=float)
@@ -166,7 +166,9 @@ def _clean(samples: Sequence[float], window: int) -> np.ndarray:
     return np.maximum(values, _MIN_S)
 
 
-def sample_percentiles(samples: Sequence[float], config: JobsConfig) -> tuple[float, float]:
+def sample_percentiles(
+    samples: Sequence[float] | np.ndarray, config: JobsConfig
+) -> tuple[float, float]:
     """(p50, p90) of one key's samples (oldest first), drift-corrected (see module doc)."""
     import numpy as np
 
@@ -191,7 +193,7 @@ def sample_percentiles(samples: Sequence[float], config: JobsConfig) -> tuple[fl
     return p50, max(p90, p50)
 
 
-def change_point(y: Sequence[float], threshold: float) -> int | None:
+def change_point(y: Sequence[float] | np.ndarray, threshold: float) -> int | None:
     """Index where the newest level starts, if a shift's robust z exceeds ``threshold``.
 
     Plain Python on purpose: the window is ~20 samples and this runs on every
@@ -280,7 +282,7 @@ def progress_curve(
     return None
 
 
-def _calibrated(record: Mapping[str, Any], f: float, config: JobsConfig):
+def _calibrated(record: Mapping[str, Any], f: float, config: JobsConfig) -> tuple[float, float]:
     """(time share reached at reported fraction f, log-sd of the rate total it implies)."""
     prior_sd = config.progress_noise * math.sqrt((1.0 - f) / f) if f < 1 else 0.0
     curve = record.get("eta_progress")
@@ -317,7 +319,7 @@ def observed_fraction(record: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -347,7 +349,7 @@ def observed_rate_total(
     return total, max(sd, _MIN_SIGMA)
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -362,7 +364,9 @@ def conditional_median(mu: float, sigma: float, elapsed_s: float) -> float:
     return math.exp(mu - sigma * _NORMAL.inv_cdf(tail / 2.0))
 
 
-def _history(record: Mapping[str, Any], elapsed_s: float, config: JobsConfig):
+def _history(
+    record: Mapping[str, Any], elapsed_s: float, config: JobsConfig
+) -> tuple[float, float, Any]:
     """(p50, p90, confidence) to project from; an 'exact' cache-hit guess that
     has clearly missed falls back to the prior it stood in for."""
     p50, p90 = float(record["eta_p50"]), record.get("eta_p90")

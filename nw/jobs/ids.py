@@ -18,6 +18,9 @@ from nw.errors import InvalidJobId, InvalidType, InvalidValue
 
 _JOB_ID = re.compile(r"[0-9a-f]{64}")
 
+MAX_UNITS = 1_000_000_000
+"""``params["units"]``'s largest: a job's predicted seconds scale with it."""
+
 
 def check_job_id(job_id: object) -> str:
     """The id if it could name a job, else ``InvalidJobId`` (never a path)."""
@@ -58,4 +61,6 @@ def check_units(params: Mapping[str, Any]) -> int | None:
     units = params["units"]
     if isinstance(units, bool) or not isinstance(units, int) or units < 1:
         raise InvalidValue(f"params['units'] must be a positive int, got {units!r}")
+    if units > MAX_UNITS:
+        raise InvalidValue(f"params['units'] must be at most {MAX_UNITS}, got {units}")
     return units

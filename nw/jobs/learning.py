@@ -114,6 +114,7 @@ class DurationLearningMiddleware(Middleware):
             raise InvalidType("DurationLearningMiddleware takes record= or durations=, exactly one")
         if durations is not None:
             record = _appender(durations, lock or threading.Lock(), config.sample_window_k)
+        assert record is not None  # one of the two, checked above
         self._record = record
         self._index = index
         self._config = config

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nw.canonical import text_problem
 from nw.errors import InvalidType, InvalidValue
 
 LimitKeySpec = str | Callable[[Mapping[str, Any]], Any] | None
@@ -85,6 +86,8 @@ def check_key(key: Any) -> str:
         raise InvalidType(f"a limit key must be a string, not {type(key).__name__}")
     if not key.strip() or len(key) > MAX_KEY_LEN:
         raise InvalidValue(f"a limit key must be 1 to {MAX_KEY_LEN} characters, got {key!r}")
+    if (problem := text_problem(key)) is not None:
+        raise InvalidValue(f"a limit key has {problem}")
     return key
 
 

@@ -69,7 +69,7 @@ class WorkerSeen:
 
 def last_sign_of_life(record: Mapping[str, Any], worker: WorkerSeen | None) -> float | None:
     """The latest moment the job's worker is known to have been alive."""
-    signs = [record.get("heartbeat_at")]
+    signs: list[Any] = [record.get("heartbeat_at")]
     if worker is not None and record.get("heartbeat_at") is not None:
         signs.append(worker.beat_at)  # the worker's beat counts once the job is its own
     signs = [float(s) for s in signs if s is not None]
@@ -113,7 +113,9 @@ def worker_responsive(
     # that claimed it a moment ago, is alive.
     if worker.gone:
         return False
-    silent = worker.silent_s(last_sign_of_life(record, worker), now)
+    since = last_sign_of_life(record, worker)
+    assert since is not None  # held is not None: the job has a heartbeat
+    silent = worker.silent_s(since, now)
     return held and silent < config.worker_stale_s
 
 

@@ -285,6 +285,10 @@ class Job:
     waiting: str | None = None
     """What holds a queued job now: ``"waiting: fal:kling at 2 of 2"``,
     ``"starts in 40s"``; None when nothing but the queue itself."""
+    text_replaced: list[str] | None = None
+    """Where text no store keeps as given (NUL, a lone surrogate) was stored as
+    U+FFFD: ``"result"``, ``"error"`` or a record field's name; None when
+    nothing was (``nw/jobs/storable.py``)."""
 
     @property
     def is_terminal(self) -> bool:

@@ -280,11 +280,11 @@ def _decide(
     done = attempt_in_run(record)
     lost = how is Ended.LOST
     if policy.retryable and done < policy.max_attempts:
-        message = f"{REAPED_REASON}; retrying as attempt {done + 1}" if lost else ending.message
+        error = f"{REAPED_REASON}; retrying as attempt {done + 1}" if lost else ending.message
         # A lost worker says nothing against the job (a restarted worker reruns it
         # at once); the attempt budget still bounds a job that kills its worker.
         delay = 0.0 if lost else backoff_delay(max(done, 1), policy.backoff_s, rand())
-        fields = {"error": message, "error_kind": ERROR_KIND_CRASHED}
+        fields = {"error": error, "error_kind": ERROR_KIND_CRASHED}
         return Outcome(
             ComputationStatus.PENDING,
             {**fields, **events.requeue_fields(record)},
@@ -368,10 +368,10 @@ def write_soon(
     """``write`` as a future of its answer: a finish may still be on its way to
     the commit when this returns (``JobStore.finish_soon``); a requeue is written."""
     if outcome.requeued:
+        due_at = outcome.due_at
+        assert due_at is not None  # what requeued means
         return settled(
-            lambda: store.requeue(
-                job_id, fields=outcome.fields, not_before=outcome.due_at, attempt=attempt
-            )
+            lambda: store.requeue(job_id, fields=outcome.fields, not_before=due_at, attempt=attempt)
         )
     return store.finish_soon(
         job_id,

@@ -7,6 +7,7 @@ nothing. A queued job's predicted start and hold come from ``nw.jobs.waits``."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from nw.errors import InvalidValue
 from nw.jobs import eta, limits, liveness, queue_view, recovery, waits
 from nw.jobs.checks import _check_grade, _check_limit, _check_status, _check_text, _could_name_a_job
 from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.journal import FINISHING_HINT
 from nw.jobs.model import (
     ACTIVE_STATUSES,
     DEFAULT_CONFIG,
@@ -169,7 +171,8 @@ def snapshot(
     terminal status)."""
     from nw.jobs.records import to_dict
 
-    active, recent = [], []
+    active: list[tuple[str, Job]] = []
+    recent: list[tuple[str, Job]] = []
     now = config.clock()
     for proj in projects:
         project = as_project(proj)
@@ -189,8 +192,9 @@ def snapshot(
             worker = recovery.worker_of(row, workers)
             job = to_job(row, now, config, worker, held.get(row.record["job_id"]))
             (recent if job.is_terminal else active).append((str(project.root), job))
-    active.sort(key=lambda pj: pj[1].created_at, reverse=True)
-    recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)
+    # every stored job has its created_at (Job says Optional for a job being built)
+    active.sort(key=lambda pj: pj[1].created_at, reverse=True)  # type: ignore[arg-type,return-value]
+    recent.sort(key=lambda pj: pj[1].finished_at or pj[1].created_at, reverse=True)  # type: ignore[arg-type,return-value]
     return {
         "active": [{**to_dict(j), "project": r} for r, j in active[:active_limit]],
         "recent": [{**to_dict(j), "project": r} for r, j in recent[:recent_limit]],
@@ -233,6 +237,8 @@ def _read(
     if not store.read_only:
         row = recovery.maybe_reap(store, row, now, config, holds, workers)
     job = to_job(row, now, config, recovery.worker_of(row, workers), wait)
+    if rt is not None and job.status in ACTIVE_STATUSES and rt.is_finishing(job.job_id):
+        job = dataclasses.replace(job, label_hint=FINISHING_HINT)  # its outcome is kept
     floor = row.record.get("pct_floor")
     if (
         not store.read_only
@@ -259,9 +265,10 @@ def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str,
     out = {}
     for row in queued:
         job_id, rec = row.record["job_id"], row.record
-        due = rec.get("not_before")
+        due: Any = rec.get("not_before")
         delayed = isinstance(due, (int, float)) and due > now + 0.5
-        lim = lims.get(rec.get("limit_key"))
+        key: Any = rec.get("limit_key")
+        lim = lims.get(key)
         held = delayed or (lim is not None and limits.is_full(lim))
         if not held and not liveness.runs_inproc(rec) and rec.get("kind") not in kept.served:
             out[job_id] = waits.Wait(None, waits.unserved_text(str(rec.get("kind"))))

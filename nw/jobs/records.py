@@ -25,6 +25,7 @@ from nw.jobs.model import (
     Status,
 )
 from nw.jobs.status import cancelled_error, grade, job_status
+from nw.jobs.storable import REPLACED_FIELD
 from nw.jobs.waits import Wait
 
 
@@ -160,11 +161,19 @@ def attempts_of(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _iso(ts: Any) -> str | None:
-    return None if not isinstance(ts, (int, float)) else _dt(ts).isoformat()
+    when = _dt(ts) if isinstance(ts, (int, float)) else None
+    return None if when is None else when.isoformat()
 
 
 def _dt(ts: Any) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(float(ts), tz=UTC)
+    """The time, or None for a time no calendar holds (past year 9999: a prediction
+    scaled past it must not break every read of the project)."""
+    if ts is None:
+        return None
+    try:
+        return datetime.fromtimestamp(float(ts), tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def queued_since(record: Mapping[str, Any], until: float) -> float:
@@ -276,7 +285,15 @@ def to_job(
         not_before=_dt(rec.get("not_before")),
         starts_at=starts_at,
         waiting=(wait.reason if wait is not None and status.value == "queued" else None),
+        text_replaced=_names(rec.get(REPLACED_FIELD)),
     )
+
+
+def _names(value: Any) -> list[str] | None:
+    """A stored list of names, or None (also for anything else)."""
+    if not isinstance(value, list) or not value:
+        return None
+    return [str(v) for v in value]
 
 
 def _round(value: float | None) -> float | None:

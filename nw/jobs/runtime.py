@@ -26,7 +26,8 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from au import (
     ComputationResult,
@@ -38,6 +39,7 @@ from au import (
 
 from nw.jobs import procs
 from nw.jobs.body import Launch, run_attempt
+from nw.jobs.journal import Finishing
 from nw.jobs.learning import DurationLearningMiddleware
 from nw.jobs.limits import NotYet
 from nw.jobs.model import RUNNER_INPROC, JobsConfig
@@ -155,8 +157,13 @@ class Runtime:
         runner_id: str | None = None,
         info: dict[str, Any] | None = None,
         on_release: Callable[[str], None] | None = None,
+        journal: Path | None = None,
     ):
         self.store = store
+        self.finishing = Finishing(store, journal)
+        """Outcomes the store did not take, written again until it does
+        (``journal``: the folder that keeps them across a restart; None: in
+        memory only)."""
         self.config = config
         self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._on_release = on_release
@@ -166,7 +173,7 @@ class Runtime:
         slots). An in-process body's thread waits for the commit itself: its
         pool also starts the jobs queued for a thread, and an exiting process
         joins that thread, so a result is never left uncommitted."""
-        self.on_beat: Callable[[RunnersRead | bool | None], None] | None = None
+        self.on_beat: Callable[[RunnersRead | Literal[False] | None], None] | None = None
         """Called on the beat thread after each beat, with the runners it read
         (None: it read none; False: the beat failed). A worker feeds its reaper."""
         self.learning = DurationLearningMiddleware(record=self._learn, config=config)
@@ -209,13 +216,20 @@ class Runtime:
     # ----- running ---------------------------------------------------------------
     def holds(self, job_id: str) -> bool:
         """This process holds the job: running it (the learning middleware's
-        started map) or keeping it queued for a free pool thread."""
-        if self.learning.is_running(job_id):
+        started map), keeping it queued for a free pool thread, or keeping its
+        outcome until the store takes it (``finishing``)."""
+        if self.learning.is_running(job_id) or self.finishing.holds(job_id):
             return True
         with self._lock:
             return job_id in self._launches
 
+    def is_finishing(self, job_id: str) -> bool:
+        """The job's body has ended and its outcome waits for the store (``journal``)."""
+        return self.finishing.holds(job_id)
+
     def local_cancel(self, job_id: str) -> None:
+        if self.finishing.holds(job_id):  # it already returned: its outcome stands
+            self.finishing.nudge()  # the cancel reached the store; so may the outcome now
         with self._lock:
             launch = self._launches.get(job_id)
             timer = self._timers.pop(job_id, None)
@@ -318,7 +332,14 @@ class Runtime:
     def _run(self, row: JobRow, launch: Launch) -> ComputationResult:
         job_id = row.record["job_id"]
         try:
-            return run_attempt(self.store, row, launch, self.config, hand_over=self._hand_over)
+            return run_attempt(
+                self.store,
+                row,
+                launch,
+                self.config,
+                hand_over=self._hand_over,
+                keep=self.finishing.keep,
+            )
         except Exception as exc:  # the store failed under the body: say so, loudly
             log.exception("job %s: could not record its outcome", job_id)
             return ComputationResult(None, ComputationStatus.FAILED, error=exc)
@@ -357,8 +378,10 @@ class Runtime:
     def beat_once(self) -> None:
         with self._lock:
             running = {j: la for j, la in self._launches.items() if self.learning.is_running(j)}
+        # a job whose outcome is kept beats on: no reaper may call it lost meanwhile
+        finishing = [j for j in self.finishing.job_ids() if j not in running]
         now = self.config.clock()
-        cancelled = self.store.beat(list(running), now=now, runner_id=self.runner_id)
+        cancelled = self.store.beat([*running, *finishing], now=now, runner_id=self.runner_id)
         for job_id in cancelled:
             self.local_cancel(job_id)
         for job_id, launch in running.items():
@@ -446,6 +469,7 @@ class Runtime:
 
     def close(self, *, wait: bool = True) -> None:
         self._stop.set()
+        self.finishing.close()  # what is still kept stays in the journal for the next worker
         with self._lock:
             timers = list(self._timers.values())
         for timer in timers:  # delayed jobs not yet due stay queued in the store
@@ -500,6 +524,9 @@ class LocalRuntimes:
     def local_cancel(self, job_id: str) -> None:
         for rt in self.runtimes:
             rt.local_cancel(job_id)
+
+    def is_finishing(self, job_id: str) -> bool:
+        return any(rt.is_finishing(job_id) for rt in self.runtimes)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return all(rt.wait_idle(timeout) for rt in self.runtimes)

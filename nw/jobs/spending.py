@@ -8,6 +8,7 @@ from typing import Any
 
 from nw.errors import InvalidType
 from nw.jobs import accuracy, budgets, costing, ids
+from nw.jobs.checks import check_name, check_params
 from nw.jobs.costing import quote_for
 from nw.jobs.handles import ProjectLike, _reader
 from nw.jobs.model import (
@@ -45,7 +46,8 @@ def estimate(
     """
     if not isinstance(params, Mapping):
         raise InvalidType(f"params must be a dict, not {type(params).__name__}")
-    ids.check_json_params({k: v for k, v in params.items() if k != "plan"})
+    check_name(kind, "kind")
+    check_params(ids.check_json_params({k: v for k, v in params.items() if k != "plan"}))
     ids.check_units(params)
     proj = as_project(project)
     quote = quote_for(proj, kind, dict(params), config, for_estimate=True)
@@ -83,6 +85,7 @@ def spend(
         return {**costing.spend_view(totals, config), "budgets": _stored(project, None, config)}
     if not isinstance(actor, str) or not actor:
         raise InvalidType("actor must be a non-empty id string")
+    check_name(actor, "actor")
     since = config.clock() - config.actor_budget_window_s
     totals = store.spend(actor_id=actor, since=since) if store is not None else costing.NO_SPEND
     view = costing.spend_view(totals, config, cap=config.actor_budget_usd)

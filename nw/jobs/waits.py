@@ -59,7 +59,7 @@ def plan_starts(
     limit_key, queue_at, eta_p50, eta_confidence, in claim order."""
     out: dict[str, Wait] = {}
     free_at = [now] * max(slots - len(running), 0)
-    key_ends: dict[str, list[float]] = {}
+    key_ends: dict[str | None, list[float]] = {}
     known = slots > 0
     for job in running:
         if job.remaining_s is None:
@@ -74,7 +74,7 @@ def plan_starts(
     free_at.sort()
     for ends in key_ends.values():
         heapq.heapify(ends)
-    key_starts: dict[str, list[float]] = {}
+    key_starts: dict[str | None, list[float]] = {}
     for row in queue:
         job_id, key = row["job_id"], row.get("limit_key")
         due = float(row.get("queue_at") or now)

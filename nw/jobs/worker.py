@@ -37,11 +37,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Literal
 
-from nw.errors import InvalidSetting, JobStoreError, NwJobsError
+from nw.errors import InvalidSetting, JobStoreError, NwJobsError, ProjectError
 from nw.jobs import credentials, kinds, outcome, worker_cli
 from nw.jobs.body import Launch
+from nw.jobs.journal import journal_dir
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
 from nw.jobs.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.records import JobRow, attempt_in_run
@@ -104,7 +105,7 @@ class Worker:
         self.stopped_back = 0
         self._count_lock = threading.Lock()
         """Jobs whose body stopped for the shutdown and went back to the queue."""
-        self._listener = None
+        self._listener: Any = None  # the store's wake_listener
         self._reaping = BeatReaping(self._after_beat)
         for project in self.projects:
             store = open_store(project, config, create=True)
@@ -119,7 +120,11 @@ class Worker:
                 runner_id=self.runner_id,
                 info={"wake": self._listener.address, "kinds": self.kinds()},
                 on_release=self._released,
+                journal=journal_dir(project.root),
             )
+            # Outcomes a stopped worker could not record, written before this
+            # one claims or reaps anything (its reaper is fed from below on).
+            rt.finishing.replay()
             self.runtimes.append(rt)
             reaper = Reaper(store, config, rt.holds)
             self.reapers.append(reaper)
@@ -128,7 +133,7 @@ class Worker:
                 kinds=self.kinds,
                 runner_id=self.runner_id,
                 want=self._refill_want,
-                take=lambda rows, asked, rt=rt: self._take(rt, rows, asked),
+                take=functools.partial(self._take, rt),
                 clock=config.clock,
             )
 
@@ -205,7 +210,7 @@ class Worker:
         return sum(rt.busy for rt in self.runtimes) + self._claiming
 
     # ----- the loop --------------------------------------------------------------
-    def _beaten(self, reaper: Reaper, read: RunnersRead | bool | None) -> None:
+    def _beaten(self, reaper: Reaper, read: RunnersRead | Literal[False] | None) -> None:
         """A beat of the project's runtime (the beat thread): its reaper judges
         what it read on the reaping thread, or learns that the store failed it."""
         if read is False:
@@ -369,7 +374,7 @@ class Worker:
                 self._end_unlaunched(rt, row, message)
 
     def _end_unlaunched(self, rt: Runtime, row: JobRow, message: str) -> None:
-        job_id = row.record.get("job_id")
+        job_id: Any = row.record.get("job_id")
         try:
             written = outcome.end_unlaunched(rt.store, row, message, self.config)
         except Exception as exc:  # the read, or building the write, failed
@@ -417,8 +422,12 @@ class Worker:
         or the finishes it rides with. A provider that fails runs the job without."""
         try:
             secrets = dict(self._secrets(kind, params))
-        except Exception:
-            log.exception("secrets provider failed for kind %s", kind)
+        except Exception as exc:  # its type only: a provider's message may quote a secret
+            log.error(
+                "secrets provider failed for kind %s: %s (its message is not logged)",
+                kind,
+                type(exc).__name__,
+            )
             secrets = {}
         launch.secrets = secrets
         if secrets.get(credentials.FAL):  # without one there is nothing to bind per job
@@ -563,6 +572,12 @@ def serve(args: argparse.Namespace) -> int:
     try:
         config = JobsConfig(**overrides)
         projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
+        for root in projects:  # a typo must not make a project nobody enqueues to
+            if not as_project(root).read_meta():
+                raise ProjectError(
+                    f"{as_project(root).root} is not an nw-jobs project (no .nw/project.json):"
+                    f" check --project, or make one with nw-jobs init {root}"
+                )
         secrets = _load_secrets_provider(args.secrets) if args.secrets else env_secrets
         worker = Worker(projects, config=config, secrets=secrets)
     except JobStoreError as exc:  # e.g. an unknown database role: one line, exit 1

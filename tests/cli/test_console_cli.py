@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from nw import Project
 from nw.jobs import enqueue, get_job, list_jobs
 from nw.jobs.kinds import unregister_kind
 from nw.jobs.runtime import shutdown_runtimes
@@ -59,7 +60,8 @@ def history(project):
 
 
 def run(*args, project, **kw):
-    return nw_jobs(*args, "--project", str(project.root), **kw)
+    root = project.root if isinstance(project, Project) else project  # a Path has .root too
+    return nw_jobs(*args, "--project", str(root), **kw)
 
 
 # ----- show ---------------------------------------------------------------------------
@@ -212,14 +214,43 @@ def test_retry_one_job_and_in_bulk(project, history):
 def test_prune_keeps_the_spend(project, history):
     before = json.loads(run("spend", "--json", project=project).stdout)
     kept = run("prune", "--older-than", "30d", project=project)
-    assert kept.returncode == 0 and "pruned 0 " in kept.stdout
-    gone = run("prune", "--older-than", "0", project=project)
+    assert kept.returncode == 0 and "nothing to prune" in kept.stdout
+    # a dry run counts, and deletes nothing
+    looked = run("prune", "--older-than", "0", "--dry-run", project=project)
+    assert looked.returncode == 0 and "5 finished job(s) older than 0s would be" in looked.stdout
+    assert len(json.loads(run("list", "--json", project=project).stdout)) == 5
+    # without a terminal to ask on, it deletes only when told --yes
+    one_line_error(run("prune", "--older-than", "0", project=project), "Pass --yes")
+    assert len(json.loads(run("list", "--json", project=project).stdout)) == 5
+    gone = run("prune", "--older-than", "0", "--yes", project=project)
     assert "pruned 5 " in gone.stdout
     assert json.loads(run("list", "--json", project=project).stdout) == []
     after = json.loads(run("spend", "--json", project=project).stdout)
     assert after["spend"] == before["spend"] and after["counts"] == before["counts"]
     bad = run("prune", "--older-than", "soon", project=project)
     assert bad.returncode == 2 and "expected an age like 30d" in bad.stderr
+    negative = run("prune", "--older-than", "-5d", project=project)
+    assert negative.returncode == 2 and "expected an age of 0 or more, got '-5d'" in negative.stderr
+
+
+def test_a_folder_that_is_not_a_project_is_refused_and_init_makes_one(tmp_path):
+    # Given an existing folder that is not a project (a typo of --project)
+    folder = tmp_path / "typo"
+    folder.mkdir()
+    enqueue = ("enqueue", "t.noop", "--params", "{}", "--import", "tests.fixtures.bodies")
+    for args in (enqueue, ("list",), ("limits",), ("prune", "--older-than", "1d")):
+        one_line_error(run(*args, project=folder), "is not an nw-jobs project")
+    assert list(folder.iterdir()) == []  # nothing made in it
+    # When it is made a project, the same commands work
+    made = run("init", "--title", "Film", project=folder)
+    assert made.returncode == 0 and "new project 'Film'" in made.stdout
+    assert run("list", project=folder).returncode == 0
+    again = run("init", project=folder)
+    assert again.returncode == 0 and "already a project 'Film'" in again.stdout
+
+
+def test_removing_a_limit_that_is_not_there_says_so(project):
+    one_line_error(run("limits", "remove", "nothere", project=project), "no limit on key")
 
 
 # ----- what a newcomer tripped on ------------------------------------------------------

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from nw.cli_render import (
+from nw.cli.render import (
     cost_text,
     eta_text,
     jobs_table,
@@ -123,3 +123,29 @@ def test_the_table_fits_the_terminal(width):
     assert "failed" in text
     if width >= 80:  # the cost survives on an ordinary terminal, and reads honestly
         assert "unknown" in text
+
+
+def test_at_80_columns_why_a_job_waits_and_why_it_ended_are_shown_whole():
+    from rich.console import Console
+
+    from nw.cli.render import jobs_table
+
+    waiting = {
+        "job_id": "a" * 64, "kind": "clip.animate", "label": "Animate panel 2 of the board",
+        "status": "queued", "waiting": "waiting: fal:kling at 2 of 2", "eta_s": None,
+        "confidence": "prior", "cost": {},
+    }  # fmt: skip
+    failed = {
+        "job_id": "b" * 64, "kind": "narrate", "label": "Narration", "status": "failed",
+        "grade": "error", "error": "RuntimeError: the voice model refused", "cost": {},
+        "error_kind": "crashed",
+    }  # fmt: skip
+    console = Console(width=80, record=True, color_system=None)
+    console.print(jobs_table([waiting, failed], width=80))
+    shown = console.export_text()
+    words = set(shown.split())
+    # why it waits is wrapped in its cell, not cut to "waiting: …"
+    assert {"waiting:", "fal:kling", "2", "of"} <= words
+    # no note column at 80: the status says why it ended
+    assert {"voice", "model", "refused"} <= words
+    assert "waiting: …" not in shown

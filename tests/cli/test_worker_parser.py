@@ -94,3 +94,20 @@ def test_python_m_worker_serves_what_its_parser_read(monkeypatch):
     assert worker.main(EVERY_FLAG) == 5
     (args,) = seen
     assert _own(args) == _own(build_parser().parse_args(["worker", *EVERY_FLAG]))
+
+
+def test_a_worker_on_a_folder_that_is_not_a_project_refuses_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    folder = tmp_path / "typo"
+    folder.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "nw.jobs.worker", "--project", str(folder), "--import", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "is not an nw-jobs project" in done.stderr
+    assert list(folder.iterdir()) == []

@@ -118,7 +118,7 @@ def test_without_a_plan_the_callers_figure_is_the_estimate(project, params, usd,
     }
 
 
-@pytest.mark.parametrize("bad", [-1, "cheap", float("nan"), float("inf"), True])
+@pytest.mark.parametrize("bad", [-1, "cheap", float("nan"), float("inf"), True, 1e308, 2e9])
 def test_a_callers_figure_that_is_no_dollar_amount_is_refused_not_ignored(project, bad):
     with pytest.raises(jobs.InvalidInput, match=r"estimated_usd"):
         jobs.estimate(project, "r", {"estimated_usd": bad})

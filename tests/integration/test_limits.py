@@ -546,7 +546,7 @@ def test_a_batch_is_gated_by_each_actors_budget_as_a_whole(project, cfg):
     jobs.enqueue(project, "t.noop", {"i": 0, "estimated_usd": 0.3}, actor="u1", config=config)
     # 0.3 spent: two more fit under u1's 1.0, a third does not (u2's are its own)
     batch = [item(1, "u1"), item(2, "u2"), item(3, "u1"), item(4, "u2"), item(5, "u1")]
-    with pytest.raises(jobs.BudgetExceeded, match=r"^item 4: actor 'u1'") as refused:
+    with pytest.raises(jobs.BudgetExceeded, match=r"^item 4: spend cap of actor 'u1'") as refused:
         jobs.enqueue_many(project, batch, config=config)
     assert refused.value.actor == "actor 'u1'"
     assert len(jobs.list_jobs(project, config=config)) == 1  # all or nothing

@@ -259,7 +259,7 @@ def test_7_the_readme_body_reports_stages_finished_and_every_surface_agrees(proj
     simulated_render(project, {"sim": sim}, on_event=demo.append, should_cancel=lambda: False)
     assert [e["stage_index"] for e in demo if e.get("current_transform") in ("a", "b")] == [0, 1]
 
-    from nw.cli_render import stage_text
+    from nw.cli.render import stage_text
 
     progress = {"stage_index": 1, "stage_count": 3, "current_transform": "generate"}
     assert stage_text({"progress": progress}) == "generate · 1 of 3 done"

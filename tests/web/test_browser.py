@@ -70,7 +70,7 @@ def test_tray_shows_a_job_advance_and_cancels_it(browser, project):
 
 def test_the_page_formats_costs_and_etas_like_the_terminal(browser, project):
     pytest.importorskip("uvicorn")
-    from nw.cli_render import cost_text, eta_text, state_text
+    from nw.cli.render import cost_text, eta_text, state_text
     from nw.jobs.web import create_app
     from tests.cli.test_render import COST_CASES
     from tests.web.server import serving

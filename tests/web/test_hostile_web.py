@@ -255,6 +255,21 @@ def _answered(stream: Stream) -> bytes:
     )
 
 
+def _whole_body(stream: Stream) -> bytes:
+    """A short answer's body, once all of it came (its headers may come first)."""
+
+    def whole() -> bytes:
+        head, _, body = stream.data.partition(b"\r\n\r\n")
+        length = next(
+            (int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+             if line.startswith(b"content-length:")),
+            None,
+        )  # fmt: skip
+        return body if length is not None and len(body) >= length else b""
+
+    return wait_until(whole, what="the answer's whole body")
+
+
 def _feed_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("nw-jobs feed")]
 
@@ -285,13 +300,13 @@ def test_streams_of_one_filter_share_a_poller_and_both_caps_answer_429(project):
             third = open_("/api/summary/events?actor=cid")
             assert third.startswith(b"HTTP/1.1 429")
             assert b"retry-after: 5" in third.lower()
-            body = json.loads(opened[-1].data.partition(b"\r\n\r\n")[2])
+            body = json.loads(_whole_body(opened[-1]))
             assert body["error"].startswith("2 different things are being watched")
             # When a seventh stream is asked for (the cap is 6): 429 too
             assert open_("/api/summary/events?actor=ann").startswith(b"HTTP/1.1 200")
             seventh = open_("/api/summary/events?actor=ann")
             assert seventh.startswith(b"HTTP/1.1 429")
-            assert b"6 event streams are open" in opened[-1].data
+            assert b"6 event streams are open" in _whole_body(opened[-1])
             assert len(_feed_threads()) == 2
             # When one hangs up, its place is free again
             opened[0].sock.shutdown(socket.SHUT_RDWR)  # a FIN now, though a thread reads it
@@ -354,12 +369,13 @@ def test_deeply_nested_json_is_a_400_with_no_log(project, cfg, kind, caplog):
             response = client.post(path, content=body, headers=JSON)
             # Then it is a 400 naming the problem, nothing written, nothing logged
             assert response.status_code == 400, (levels, path)
-            assert response.json()["error"].endswith(f"nests deeper than {MAX_JSON_DEPTH} levels")
+            # (a job's own fields are judged by the facade's door, in its words)
+            assert "deeper than" in response.json()["error"], response.json()
         if levels < 1000:  # a longer URL is refused by the client itself
             query = {"kind": KIND, "params": f'{{"a": {deep}}}'}
             estimate = client.get("/api/estimate", params=query)
             assert estimate.status_code == 400, levels
-            assert estimate.json() == {"error": f"params nests deeper than {MAX_JSON_DEPTH} levels"}
+            assert "deeper than" in estimate.json()["error"]
     assert jobs_state(project, cfg) == before
     assert [r for r in caplog.records if r.name.startswith("nw.jobs.web")] == []
 
@@ -377,14 +393,12 @@ def test_json_depth_is_counted_exactly():
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ('{"kind": "K", "params": {}, "label": "a\\u0000b"}', "the body: label contains a NUL"),
-        ('{"kind": "K", "params": {}, "actor": "\\u0000"}', "the body: actor contains a NUL"),
-        (
-            '{"kind": "K", "params": {"x": ["ok", "\\u0000"]}}',
-            "the body: params.x[1] contains a NUL",
-        ),
-        ('{"kind": "K", "params": {"a\\u0000": 1}}', "the body: a key in params contains a NUL"),
-        ('{"kind": "K", "params": {}, "label": "\\ud800"}', "label contains a lone surrogate"),
+        # a job's fields: the facade's door names them, in the API's and the CLI's words
+        ('{"kind": "K", "params": {}, "label": "a\\u0000b"}', "label has a NUL character"),
+        ('{"kind": "K", "params": {}, "actor": "\\u0000"}', "actor has a NUL character"),
+        ('{"kind": "K", "params": {"x": ["ok", "\\u0000"]}}', "params.x[1] has a NUL"),
+        ('{"kind": "K", "params": {"a\\u0000": 1}}', "has a NUL character"),
+        ('{"kind": "K", "params": {}, "label": "\\ud800"}', "label has a lone surrogate"),
         ('{"kind": "K", "params": {"x": NaN}}', "the body is not valid JSON: NaN is not"),
         ('{"kind": "K", "params": {"x": -Infinity}}', "not valid JSON: -Infinity is not"),
     ],
@@ -394,7 +408,7 @@ def test_unstorable_body_values_are_a_400_naming_them(project, cfg, kind, body, 
     response = client.post("/api/jobs", content=body.replace('"K"', f'"{KIND}"'), headers=JSON)
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error.startswith("the body") and message in error
+    assert message in error
     assert jobs_state(project, cfg) == []
 
 
@@ -432,13 +446,13 @@ def test_a_nul_or_a_lone_surrogate_in_a_query_value_is_a_400_naming_it(
     # Given a project with a job in its store (so a filter would reach it)
     enqueue(project, KIND, {}, config=cfg)
     client = TestClient(create_app([project], config=cfg), raise_server_exceptions=False)
-    for value, problem in (("a%00b", "contains a NUL character"), ("%ED%A0%80", "is not UTF-8")):
+    for value, problem in (("a%00b", "has a NUL character"), ("%ED%A0%80", "is not UTF-8")):
         response = client.get(f"{path}?{name}={value}")
         assert response.status_code == 400, (path, name, value)
         assert response.json() == {"error": f"query parameter {name!r} {problem}"}
     # A query's name is checked too
     assert client.get(f"{path}?a%00b=1").json() == {
-        "error": "a query parameter contains a NUL character"
+        "error": "a query parameter has a NUL character"
     }
 
 

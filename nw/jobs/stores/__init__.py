@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal, overload
 
-from nw.errors import InvalidSetting
+from nw.errors import ConfigError, InvalidSetting
 from nw.jobs.model import JobsConfig
 from nw.jobs.stores.base import JobStore
 from nw.project import Project
@@ -24,6 +26,20 @@ def database_url(config: JobsConfig) -> str | None:
     return url
 
 
+def postgres_opener() -> Callable[..., JobStore | None]:
+    """``open_postgres_store``, or ``ConfigError`` in one line when the extra is absent."""
+    try:
+        from nw.jobs.stores.postgres import open_postgres_store
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("psycopg"):
+            raise
+        raise ConfigError(
+            f"{DATABASE_URL_ENV} / JobsConfig.database_url names a PostgreSQL database, but"
+            f" {exc.name} is not installed: pip install 'nw-jobs[postgres]'"
+        ) from None
+    return open_postgres_store
+
+
 def store_location(project: Project, config: JobsConfig) -> tuple[str, str]:
     """(backend name, where): the key one process shares a store under.
 
@@ -37,14 +53,18 @@ def store_location(project: Project, config: JobsConfig) -> tuple[str, str]:
     return "sqlite", str(Path(project.root) / config.jobs_dirname / "jobs.sqlite3")
 
 
+@overload
+def open_store(project: Project, config: JobsConfig, *, create: Literal[True]) -> JobStore: ...
+@overload
+def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None: ...
 def open_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
     """The project's store; with ``create=False`` a read-only handle, or None when
     the project never stored a job (nothing is created by a read)."""
     backend, where = store_location(project, config)
     if backend == "postgres":
-        from nw.jobs.stores.postgres import open_postgres_store
-
-        return open_postgres_store(database_url(config), project, create=create)
+        url = database_url(config)
+        assert url is not None  # store_location said postgres
+        return postgres_opener()(url, project, create=create)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not Path(where).exists():
@@ -56,6 +76,10 @@ _SHARED: dict[tuple[str, str], JobStore] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+@overload
+def shared_store(project: Project, config: JobsConfig, *, create: Literal[True]) -> JobStore: ...
+@overload
+def shared_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None: ...
 def shared_store(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
     """This process's one writable handle on the project's store (kept open:
     the facade's hot paths must not pay a connection per call). With
@@ -86,10 +110,10 @@ def _exists(project: Project, config: JobsConfig) -> bool:
 def _open_writable(project: Project, config: JobsConfig, *, create: bool) -> JobStore | None:
     backend, where = store_location(project, config)
     if backend == "postgres":
-        from nw.jobs.stores.postgres import open_postgres_store
-
         # Writable, but a read path (create=False) never migrates nor makes an id.
-        return open_postgres_store(database_url(config), project, create=create, read_only=False)
+        url = database_url(config)
+        assert url is not None  # store_location said postgres
+        return postgres_opener()(url, project, create=create, read_only=False)
     from nw.jobs.stores.sqlite import SqliteJobStore
 
     if not create and not _writable(Path(where)):

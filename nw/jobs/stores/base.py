@@ -22,6 +22,7 @@ overwrite a newer attempt or a final state.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -34,9 +35,12 @@ from au import ComputationResult, ComputationStatus, ComputationStore
 
 from nw.jobs.limits import Limit, NotYet
 from nw.jobs.records import JobRow
+from nw.jobs.storable import storable_finish
 
 if TYPE_CHECKING:
     from nw.jobs.stores.index_view import IndexView
+
+log = logging.getLogger("nw.jobs")
 
 #: How many bounds the duration histogram's statement takes (``durations``).
 DURATION_BOUNDS = 10
@@ -271,7 +275,7 @@ class JobStore(ABC):
 
     @abstractmethod
     def requeue(
-        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
+        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
     ) -> bool:
         """A failed attempt goes back to the queue, due at ``not_before`` (fenced).
         False, and nothing written, when the attempt is not current or the job
@@ -342,10 +346,46 @@ class JobStore(ABC):
         change; returns how many were deleted."""
 
     @abstractmethod
+    def count_finished_before(self, *, cutoff: float) -> int:
+        """How many jobs ``prune(cutoff=cutoff)`` would delete now (a dry run)."""
+
+    @abstractmethod
     def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
         """Spend of the jobs finished since ``since`` (rollup included):
         ``{kind, actor_id ('' for none), today (finished since today), usd,
         lower_bound}`` rows."""
+
+    @abstractmethod
+    def budgets(self) -> list[dict[str, Any]]:
+        """The stored budgets' rows (``nw.jobs.budgets``)."""
+
+    @abstractmethod
+    def set_budget(
+        self,
+        key: str,
+        *,
+        usd: float | None,
+        per: str | None,
+        actor_id: str | None,
+        kind: str | None,
+        now: float,
+    ) -> None:
+        """Set the budget ``key`` (``usd=None`` removes it)."""
+
+    @abstractmethod
+    def approval(self) -> dict[str, Any] | None:
+        """The stored approval rule's row, or None."""
+
+    @abstractmethod
+    def set_approval(self, *, threshold_usd: float | None, mode: str, now: float) -> None:
+        """Set the approval rule."""
+
+    @abstractmethod
+    def budget_spend(
+        self, *, since: float | None, actor_id: str | None, kind: str | None
+    ) -> dict[str, Any]:
+        """Committed spend since ``since`` of an actor's and/or a kind's jobs
+        (rollup included), in ``spend``'s form."""
 
     @abstractmethod
     def counts(self) -> list[dict[str, Any]]:
@@ -464,6 +504,22 @@ def check_distinct(records: Sequence[Mapping[str, Any]]) -> None:
     ids = [r["job_id"] for r in records]
     if len(set(ids)) != len(ids):
         raise ValueError("create_many needs distinct job ids (dedup the batch first)")
+
+
+def as_stored(
+    job_id: str, result: Any, error: str | None, fields: Mapping[str, Any]
+) -> tuple[Any, str | None, dict[str, Any]]:
+    """A finish's or a requeue's result, error and fields as every store keeps
+    them (``storable``: NUL and lone surrogates replaced by U+FFFD, the parts
+    named in ``text_replaced``); said in the log when anything was replaced."""
+    result, error, kept, parts = storable_finish(result, error, fields)
+    if parts:
+        log.warning(
+            "job %s: NUL or lone surrogates in its %s, which no store keeps: stored as U+FFFD",
+            job_id,
+            ", ".join(parts),
+        )
+    return result, error, kept
 
 
 def utc_iso(ts: float | None) -> str | None:

@@ -178,7 +178,9 @@ class GroupCommit:
             return None
         if self._batches and len(self._queue) < self._crowd:
             return None
-        batch, seen, rest = [], set(), []
+        batch: list[_Pending] = []
+        seen: set[Any] = set()
+        rest: list[_Pending] = []
         for pending in self._queue:
             if pending.key in seen or pending.key in self._flying or len(batch) >= self._limit:
                 rest.append(pending)
@@ -197,7 +199,7 @@ class _Pending:
     __slots__ = ("future", "item", "key")
 
     def __init__(self, item: Any, key: Any):
-        self.item, self.key, self.future = item, key, Future()
+        self.item, self.key, self.future = item, key, Future[Any]()
         self.future.set_running_or_notify_cancel()  # queued is running: no cancel
 
     def resolve(self, result: Any, failure: BaseException | None) -> None:

@@ -19,6 +19,7 @@ import select
 import socket
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -91,7 +92,8 @@ class Listener:
                         self._listening.clear()
                     self._call(None)  # what changed while nobody listened
                 self._listen_to_new(conn)
-                ready, _, _ = select.select([conn.fileno(), self._poke_r], [], [], 30.0)
+                waited: list[Any] = [conn.fileno(), self._poke_r]  # an fd and a socket
+                ready, _, _ = select.select(waited, [], [], 30.0)
                 if self._poke_r in ready:
                     with contextlib.suppress(OSError):
                         while self._poke_r.recv(4096):

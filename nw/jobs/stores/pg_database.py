@@ -32,7 +32,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from nw.jobs.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.stores.pg_pool import pool_for
@@ -41,6 +41,7 @@ from nw.jobs.stores.pg_secrets import display, install_log_filter, register_secr
 try:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
+    from psycopg.rows import DictRow
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError(
@@ -48,6 +49,9 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
     ) from exc
 
 log = logging.getLogger("nw.jobs")
+
+Conn = psycopg.Connection[DictRow]
+"""A pooled connection: its rows read as dicts (``pg_pool``: ``dict_row``)."""
 T = TypeVar("T")
 
 RETRY_S_ENV = "NW_JOBS_PG_RETRY_S"
@@ -94,7 +98,7 @@ class Database:
         return f"Database({self.display!r})"
 
     @property
-    def pool(self) -> ConnectionPool:
+    def pool(self) -> ConnectionPool[Any]:
         return pool_for(self.url, self.display, first=self._first_contact)
 
     def _first_contact(self) -> None:
@@ -115,7 +119,7 @@ class Database:
         kind = JobStoreUnreachable if _is_unreachable(exc) else JobStoreError
         return kind(f"job store {self.display}: {what}: {_one_line(scrub(str(exc)))}")
 
-    def run(self, fn: Callable[[psycopg.Connection, bool], T], *, what: str) -> T:
+    def run(self, fn: Callable[[Conn, bool], T], *, what: str) -> T:
         """``fn(conn, retried)`` on a pooled autocommit connection (see the module doc)."""
         deadline = time.monotonic() + self.retry_s
         retried = warned = False
@@ -135,8 +139,8 @@ class Database:
             except PoolTimeout as exc:
                 lost = exc
                 why = self._why_unreachable()  # a database dropped, a role removed
-                if why is not None and misconfiguration(str(why)) is not None:
-                    raise self.error(f"{what} failed", misconfiguration(str(why))) from None
+                if why is not None and (bad := misconfiguration(str(why))) is not None:
+                    raise self.error(f"{what} failed", bad) from None
             except (
                 RetryNow,
                 psycopg.errors.DeadlockDetected,
@@ -199,7 +203,15 @@ def _is_unreachable(exc: BaseException | str) -> bool:
     return isinstance(exc, PoolTimeout) or (isinstance(exc, BaseException) and _is_lost(exc))
 
 
-def one(conn: psycopg.Connection, query: str, params: object = None) -> psycopg.Cursor:
+def one_row(cur: psycopg.Cursor[DictRow]) -> DictRow:
+    """The row of a statement that always answers one (``RETURNING`` of a
+    count, an aggregate)."""
+    row = cur.fetchone()
+    assert row is not None, "the statement answered no row"
+    return row
+
+
+def one(conn: Conn, query: str, params: Any = None) -> psycopg.Cursor[DictRow]:
     """``conn.execute(query, params)``, prepared: one of the store's named
     statements, its own (implicit) transaction on an autocommit connection,
     its error raised here.

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -21,13 +22,15 @@ from psycopg_pool import ConnectionPool
 
 POOL_MAX_ENV = "NW_JOBS_PG_POOL_MAX"
 
-_POOLS: dict[str, ConnectionPool] = {}
+_POOLS: dict[str, ConnectionPool[Any]] = {}
 _POOLS_PID = os.getpid()
-_ORPHANS: list[ConnectionPool] = []  # a forked child keeps (never uses) the parent's pools
+_ORPHANS: list[ConnectionPool[Any]] = []  # a forked child keeps (never uses) the parent's pools
 _POOLS_LOCK = threading.Lock()
 
 
-def pool_for(url: str, display: str, first: Callable[[], None] | None = None) -> ConnectionPool:
+def pool_for(
+    url: str, display: str, first: Callable[[], None] | None = None
+) -> ConnectionPool[Any]:
     """This process's pool for ``url`` (opened on first use, after ``first()``,
     which may refuse by raising: a URL that cannot work gets no pool)."""
     global _POOLS_PID

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from nw.jobs.errors import JobStoreError
-from nw.jobs.stores.pg_database import Database
+from nw.jobs.stores.pg_database import Conn, Database
 
 log = logging.getLogger("nw.jobs")
 
@@ -44,7 +44,7 @@ def migration_files() -> list[tuple[int, str, str]]:
 LATEST_VERSION = max(v for v, _, _ in migration_files())
 
 
-def _schema_version(conn: psycopg.Connection, _retried: bool) -> int:
+def _schema_version(conn: Conn, _retried: bool) -> int:
     found = conn.execute(
         "SELECT to_regclass(%s) IS NOT NULL AS found", (f"{SCHEMA}.schema_migrations",)
     ).fetchone()

@@ -67,11 +67,13 @@ from nw.canonical import stored_json
 from nw.jobs import limits
 from nw.jobs.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.records import JobRow
+from nw.jobs.storable import storable, storable_fields
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
     Refill,
     actor_id_of,
+    as_stored,
     bound_args,
     bucketed,
     carry_over,
@@ -84,7 +86,7 @@ from nw.jobs.stores.base import (
     utc_day,
 )
 from nw.jobs.stores.group_commit import GroupCommit
-from nw.jobs.stores.pg_database import Database, RetryNow, one
+from nw.jobs.stores.pg_database import Conn, Database, RetryNow, one, one_row
 from nw.jobs.stores.pg_listen import PgWakeListener
 from nw.jobs.stores.pg_pool import close_pools as _close_pools
 from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
@@ -183,17 +185,19 @@ class PostgresJobStore(JobStore):
             return conn.execute(sql, params).fetchall()
         return self.db.run(lambda c, _r: one(c, sql, params).fetchall(), what=what)
 
-    def _write(self, what: str, fn: Callable[[psycopg.Connection, bool], Any]) -> Any:
+    def _write(self, what: str, fn: Callable[[Conn, bool], Any]) -> Any:
         if self.read_only:
             raise JobStoreError("this job store was opened read-only")
         return self.db.run(fn, what=what)
 
-    def _exec(self, what: str, args: Mapping[str, Any], get=None) -> Any:
+    def _exec(
+        self, what: str, args: Mapping[str, Any], get: Callable[[Any], Any] | None = None
+    ) -> Any:
         """The named write statement ``what``; ``get(cursor)`` reads its result
         before the connection goes back to the pool."""
         sql, params = Q[what], self._params(args)
 
-        def op(conn: psycopg.Connection, _retried: bool) -> Any:
+        def op(conn: Conn, _retried: bool) -> Any:
             cur = one(conn, sql, params)
             return None if get is None else get(cur)
 
@@ -319,8 +323,8 @@ class PostgresJobStore(JobStore):
         params["queue_at"] = due_at(record) if claimable else None
         run_id = record.get("run_id")
 
-        def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
-            if one(conn, Q["create"], params).fetchone()["inserted"]:
+        def op(conn: Conn, retried: bool) -> tuple[JobRow, bool]:
+            if one_row(one(conn, Q["create"], params))["inserted"]:
                 return JobRow(dict(record), "pending"), True
             with conn.transaction():  # it exists: lock it and decide
                 got = self._lock(conn, params)
@@ -337,9 +341,7 @@ class PostgresJobStore(JobStore):
 
         return self._write("create", op)
 
-    def _lock(
-        self, conn: psycopg.Connection, params: Mapping[str, Any]
-    ) -> tuple[JobRow, bool] | None:
+    def _lock(self, conn: Conn, params: Mapping[str, Any]) -> tuple[JobRow, bool] | None:
         """Lock the job's ``jobs`` row (inside the caller's transaction): its row
         and whether it is live, or None when there is no such job."""
         r = conn.execute(Q["lock"], params).fetchone()
@@ -349,7 +351,7 @@ class PostgresJobStore(JobStore):
 
     def _replace(
         self,
-        conn: psycopg.Connection,
+        conn: Conn,
         params: Mapping[str, Any],
         record: Mapping[str, Any],
         old: JobRow,
@@ -370,7 +372,7 @@ class PostgresJobStore(JobStore):
         params["queue_at"] = due_at(record) if claimable else None
         run_id = record.get("run_id")
 
-        def op(conn: psycopg.Connection, retried: bool) -> tuple[JobRow, bool]:
+        def op(conn: Conn, retried: bool) -> tuple[JobRow, bool]:
             with conn.transaction():
                 conn.execute(Q["lock_project_creates"], params)
                 got = self._lock(conn, params)
@@ -386,7 +388,7 @@ class PostgresJobStore(JobStore):
                 finally:
                     self._tls.conn = None
                 if got is None:
-                    if not conn.execute(Q["create"], params).fetchone()["inserted"]:
+                    if not one_row(conn.execute(Q["create"], params))["inserted"]:
                         # a create without the gate got in first: decide again
                         raise RetryNow("the job appeared during create")
                     return JobRow(dict(record), "pending"), True
@@ -412,7 +414,7 @@ class PostgresJobStore(JobStore):
         order = sorted(range(len(records)), key=lambda k: records[k]["job_id"])
         base = self._params({"job_ids": [records[k]["job_id"] for k in order]})
 
-        def op(conn: psycopg.Connection, retried: bool) -> list[tuple[JobRow, bool]]:
+        def op(conn: Conn, retried: bool) -> list[tuple[JobRow, bool]]:
             out: list[Any] = [None] * len(records)
             with conn.transaction():
                 if admit is not None:  # serialised with every admitted create of the project
@@ -420,7 +422,8 @@ class PostgresJobStore(JobStore):
                 found = {}
                 for r in conn.execute(Q["lock_many"], base).fetchall():
                     found[r["job_id"]] = (self._row(r), r["state"] in _LIVE)
-                new, replace = [], []
+                new: list[int] = []
+                replace: list[int] = []
                 for k in order:
                     got = found.get(records[k]["job_id"])
                     if got is not None and got[1]:
@@ -441,7 +444,7 @@ class PostgresJobStore(JobStore):
                 if new:
                     batch = [self._batch_row(records[k], claimable[k], k) for k in new]
                     args = {**base, "batch": _jsonb(batch), "channel": self.channel}
-                    if conn.execute(Q["create_many"], args).fetchone()["inserted"] != len(new):
+                    if one_row(conn.execute(Q["create_many"], args))["inserted"] != len(new):
                         raise RetryNow("a job of the batch appeared during create_many")
                     for k in new:
                         out[k] = (JobRow(dict(records[k]), "pending"), True)
@@ -479,7 +482,7 @@ class PostgresJobStore(JobStore):
             {"job_id": job_id, "now": now, "runner_id": runner_id, "lease": uuid.uuid4().hex}
         )
 
-        def op(conn: psycopg.Connection, retried: bool) -> JobRow | limits.NotYet | None:
+        def op(conn: Conn, retried: bool) -> JobRow | limits.NotYet | None:
             if retried:  # the first try may have committed before the connection died
                 got = one(conn, Q["by_lease"], params).fetchall()
                 if got:
@@ -526,7 +529,7 @@ class PostgresJobStore(JobStore):
             }
         )
 
-        def op(conn: psycopg.Connection, retried: bool) -> list[JobRow]:
+        def op(conn: Conn, retried: bool) -> list[JobRow]:
             if retried:
                 got = one(conn, Q["by_lease"], params).fetchall()
                 if got:
@@ -552,7 +555,7 @@ class PostgresJobStore(JobStore):
         )
         first = {**params, "limit": int(limit), "skip_keys": []}
 
-        def op(conn: psycopg.Connection, retried: bool) -> tuple[list[JobRow], list | None]:
+        def op(conn: Conn, retried: bool) -> tuple[list[JobRow], list | None]:
             if retried:  # the first try may have committed: its claims are ours by lease
                 got = one(conn, Q["by_lease"], params).fetchall()
                 if got:
@@ -598,7 +601,7 @@ class PostgresJobStore(JobStore):
 
     def _claim_rounds(
         self,
-        conn: psycopg.Connection,
+        conn: Conn,
         params: Mapping[str, Any],
         limit: int,
         first: list[Any] | None = None,
@@ -629,11 +632,11 @@ class PostgresJobStore(JobStore):
             skip += full
         return out
 
-    def _rooms(self, conn: psycopg.Connection, keys: list[str], now: float) -> dict:
+    def _rooms(self, conn: Conn, keys: list[str], now: float) -> dict:
         rows = conn.execute(Q["limit_rooms"], {"keys": keys, "now": now}).fetchall()
         return {r["limit_key"]: limits.room(r["running_room"], r["rate_room"]) for r in rows}
 
-    def _note_starts(self, conn: psycopg.Connection, keys: list[str], now: float) -> None:
+    def _note_starts(self, conn: Conn, keys: list[str], now: float) -> None:
         counts: dict[str, int] = {}
         for key in keys:
             counts[key] = counts.get(key, 0) + 1
@@ -642,7 +645,7 @@ class PostgresJobStore(JobStore):
 
     def _claim_limited(
         self,
-        conn: psycopg.Connection,
+        conn: Conn,
         params: Mapping[str, Any],
         held: list[tuple[str, str]],
     ) -> tuple[list[JobRow], list[str]]:
@@ -688,6 +691,7 @@ class PostgresJobStore(JobStore):
         return [dict(r) for r in self._read("queue_ahead", {"limit": int(limit)})]
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
+        fields, _ = storable_fields(fields)
         args = {"job_id": job_id, "attempt": attempt, **self._patch_args(fields)}
         return self._exec("patch", args, lambda cur: cur.rowcount) > 0
 
@@ -716,6 +720,7 @@ class PostgresJobStore(JobStore):
         """A finish as the group commit batches it; refused alone (read-only, not JSON)."""
         if self.read_only:
             raise JobStoreError("this job store was opened read-only")
+        result, error, fields = as_stored(job_id, result, error, fields)
         cols, doc = self._patch_fields(fields)
         _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
         return {
@@ -738,7 +743,7 @@ class PostgresJobStore(JobStore):
         made."""
         refill = self.refill
         want = refill.want([item["job_id"] for item in items]) if refill is not None else 0
-        if want <= 0:
+        if refill is None or want <= 0:
             return self._finish_alone(items)
         rows = None  # the claim's answer: None, the claim was not made
         try:
@@ -785,7 +790,7 @@ class PostgresJobStore(JobStore):
         finish = self._params(
             {"batch": _jsonb(items), "job_ids": [item["job_id"] for item in items]}
         )
-        claim = {
+        claim: dict[str, Any] = {
             "kinds": list(refill.kinds()),
             "now": refill.clock(),
             "runner_id": refill.runner_id,
@@ -794,7 +799,7 @@ class PostgresJobStore(JobStore):
         }
         params = {**finish, **claim}
 
-        def op(conn: psycopg.Connection, retried: bool) -> tuple[set[str], list[JobRow]]:
+        def op(conn: Conn, retried: bool) -> tuple[set[str], list[JobRow]]:
             if retried:  # the first try may have committed: its claims are ours by lease
                 got = one(conn, Q["by_lease"], params).fetchall()
                 if got:  # and its finishes committed with them: writing them again is a no-op
@@ -810,8 +815,9 @@ class PostgresJobStore(JobStore):
             return self._write("finish_many_and_claim", op)
 
     def requeue(
-        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
+        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
     ) -> bool:
+        _, _, fields = as_stored(job_id, None, None, fields)
         fields = {**fields, "started_at": None, "heartbeat_at": None}
         args = {
             "job_id": job_id,
@@ -825,7 +831,7 @@ class PostgresJobStore(JobStore):
         why = {"error": "cancelled before start", "error_kind": "cancelled"}
         params = self._params({"job_id": job_id, "now": now, "doc": _jsonb(why)})
 
-        def op(conn: psycopg.Connection, _retried: bool) -> JobRow | None:
+        def op(conn: Conn, _retried: bool) -> JobRow | None:
             # Two statements, each committed as it runs: a process frozen between
             # them holds no lock (one explicit transaction would, until it thawed).
             one(conn, Q["request_cancel"], params)
@@ -859,7 +865,7 @@ class PostgresJobStore(JobStore):
             }
         )
 
-        def op(conn: psycopg.Connection, retried: bool) -> None:
+        def op(conn: Conn, retried: bool) -> None:
             if not retried:
                 one(conn, Q["add_samples"], params)
                 return
@@ -870,6 +876,7 @@ class PostgresJobStore(JobStore):
         self._write("add_samples", op)
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
+        beat, _ = storable(dict(beat))
         stage = beat.get("stage")
         params = self._params(
             {
@@ -882,9 +889,9 @@ class PostgresJobStore(JobStore):
             }
         )
 
-        def op(conn: psycopg.Connection, retried: bool) -> bool:
+        def op(conn: Conn, retried: bool) -> bool:
             if retried:
-                return one(conn, Q["append_progress_retry"], params).fetchone()["appended"] > 0
+                return one_row(one(conn, Q["append_progress_retry"], params))["appended"] > 0
             return one(conn, Q["append_progress"], params).rowcount > 0
 
         return self._write("append_progress", op)
@@ -951,7 +958,7 @@ class PostgresJobStore(JobStore):
         deleted = 0
         while True:
 
-            def op(conn: psycopg.Connection, _retried: bool) -> int:
+            def op(conn: Conn, _retried: bool) -> int:
                 with conn.transaction():  # rollup and deletes of one batch together
                     found = conn.execute(
                         Q["finished_before"],
@@ -971,6 +978,9 @@ class PostgresJobStore(JobStore):
             deleted += done
             if done < batch:
                 return deleted
+
+    def count_finished_before(self, *, cutoff: float) -> int:
+        return int(self._read("count_finished_before", {"cutoff": float(cutoff)})[0]["n"])
 
     def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
         args = {

@@ -33,10 +33,12 @@ from nw.jobs import limits
 from nw.jobs.errors import JobStoreError
 from nw.jobs.model import ACTIVE_STATUSES
 from nw.jobs.records import JobRow, unreadable_record
+from nw.jobs.storable import storable, storable_fields
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
     actor_id_of,
+    as_stored,
     bound_args,
     bucketed,
     carry_over,
@@ -384,7 +386,9 @@ class SqliteJobStore(JobStore):
             args = {"job_id": job_id, "now": now, "runner_id": runner_id}
             c.execute(Q["start_status"], args)
             c.execute(Q["start_job"], args)
-            rows.append(self._get(c, job_id))
+            row = self._get(c, job_id)
+            assert row is not None  # started just now, in this transaction
+            rows.append(row)
         return rows
 
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
@@ -424,7 +428,7 @@ class SqliteJobStore(JobStore):
     ) -> None:
         started: dict[str, int] = {}
         for key in keys:
-            if key in rooms:
+            if key is not None and key in rooms:
                 started[key] = started.get(key, 0) + 1
         for key, n in started.items():
             log = rooms[key][1] + [now] * n
@@ -457,8 +461,8 @@ class SqliteJobStore(JobStore):
                 by_id = dict(cands)
                 for job_id in admitted:
                     key = by_id[job_id]
-                    if free.get(key) is not None:
-                        free[key] -= 1
+                    if (room := free.get(key)) is not None:
+                        free[key] = room - 1
                 ids += admitted
                 keys += [by_id[job_id] for job_id in admitted]
                 if len(admitted) == len(cands) or len(ids) >= limit:
@@ -562,6 +566,7 @@ class SqliteJobStore(JobStore):
         return _dumps(current)
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
+        fields, _ = storable_fields(fields)
         with self._cursor(write=True) as c:
             doc = self._fence(c, job_id, attempt)
             if doc is None:
@@ -579,6 +584,7 @@ class SqliteJobStore(JobStore):
         fields: Mapping[str, Any],
         attempt: int | None,
     ) -> bool:
+        result, error, fields = as_stored(job_id, result, error, fields)
         args = {
             "job_id": job_id,
             "au_status": au_status.value,
@@ -595,8 +601,9 @@ class SqliteJobStore(JobStore):
             return True
 
     def requeue(
-        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int
+        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
     ) -> bool:
+        _, _, fields = as_stored(job_id, None, None, fields)
         with self._cursor(write=True) as c:
             doc = self._fence(c, job_id, attempt, unfinished=True)  # a result stays
             if doc is None:
@@ -622,7 +629,9 @@ class SqliteJobStore(JobStore):
                     "error_kind": "cancelled",
                 }
             c.execute(Q["cancel_status"], {"job_id": job_id})
-            self._patch(c, job_id, fields, self._fence(c, job_id, None))
+            doc = self._fence(c, job_id, None)
+            assert doc is not None  # the row read above, in this transaction
+            self._patch(c, job_id, fields, doc)
             return self._get(c, job_id)
 
     def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
@@ -657,6 +666,7 @@ class SqliteJobStore(JobStore):
                 c.execute(Q["prune_samples"], {"key": key, "window": window})
 
     def append_progress(self, job_id: str, beat: Mapping[str, Any], *, attempt: int | None) -> bool:
+        beat, _ = storable(dict(beat))
         stage = beat.get("stage")
         args = {
             "job_id": job_id,
@@ -756,6 +766,10 @@ class SqliteJobStore(JobStore):
             deleted += len(rows)
             if len(rows) < batch:
                 return deleted
+
+    def count_finished_before(self, *, cutoff: float) -> int:
+        with self._cursor() as c:
+            return int(c.execute(Q["count_finished_before"], {"cutoff": cutoff}).fetchone()[0])
 
     def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
         args = {

@@ -20,9 +20,10 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from nw.errors import BudgetExceeded, ConfigError, InvalidInput, JobStoreError
+from nw.jobs.web.responses import JSONResponse
 
 log = logging.getLogger("nw.jobs.web")
 INTERNAL_ERROR = "internal error; see the server log"

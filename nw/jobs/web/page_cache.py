@@ -15,10 +15,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, cast
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
+from nw.jobs.web.responses import JSONResponse
 from nw.jobs.web.streams import Marks
 from nw.project import Project
 
@@ -55,7 +56,7 @@ class PageCache:
                         self._kept.move_to_end(key)
                         return Response(body, media_type="application/json")
         content = build()
-        body = JSONResponse(content).body
+        body = cast(bytes, JSONResponse(content).body)  # render() makes bytes
         if mark is not None and len(body) <= self._max_bytes // 8:
             live = any(job.get("status") in LIVE_STATUSES for job in content.get("jobs", ()))
             with self._lock:

@@ -13,12 +13,12 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from nw.jobs import accuracy, budgets
 from nw.jobs.model import JobsConfig
 from nw.jobs.web import state
+from nw.jobs.web.responses import JSONResponse
 from nw.project import Project
 
 PREFIX = "nw_jobs"

@@ -15,13 +15,14 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from nw.jobs import console, facade
 from nw.jobs.ids import check_job_id
 from nw.jobs.web import state
 from nw.jobs.web.inputs import body_text, int_param, json_object
+from nw.jobs.web.responses import JSONResponse
 
 PAGE_MAX = 1000
 _FILTERS = ("status", "kind", "actor", "grade", "q")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from nw.jobs import facade
 from nw.jobs.web import state, streams
+from nw.jobs.web.responses import JSONResponse
 
 
 def snapshot(request: Request, actor: str | None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from collections.abc import AsyncGenerator, Callable, Hashable, Iterable
 from typing import Any
 
 from starlette.requests import Request
@@ -211,7 +211,7 @@ class Feed:
         self._feeds.forget(self)
         self._publish(self.chunk, self.final if self.final is not None else "")
 
-    async def stream(self, max_s: float) -> AsyncIterator[str]:
+    async def stream(self, max_s: float) -> AsyncGenerator[str, None]:
         """This subscriber's SSE chunks."""
         event = asyncio.Event()
         me = (asyncio.get_running_loop(), event)

@@ -1187,3 +1187,9 @@ SELECT 'budget' AS what, budget_key, usd, per, actor_id, kind,
 UNION ALL
 SELECT 'approval', NULL, NULL, NULL, NULL, NULL, threshold_usd, mode
   FROM nw_jobs.approval WHERE one = 1;
+
+-- name: count_finished_before
+-- How many jobs `prune` would delete with this %(cutoff)s (a dry run).
+SELECT count(*) AS n FROM nw_jobs.jobs
+ WHERE project_id = %(project_id)s AND finished_at IS NOT NULL
+   AND finished_at < %(cutoff)s::double precision;

@@ -220,7 +220,8 @@ UPDATE limits SET starts = :starts, updated_at = :now WHERE limit_key = :key;
 
 -- name: job_limit
 -- The key of a job and its delay (in-process `start`).
-SELECT limit_key, json_extract(doc, '$.not_before') AS not_before FROM jobs
+SELECT limit_key, CASE WHEN json_valid(doc) THEN json_extract(doc, '$.not_before') END
+         AS not_before FROM jobs
  WHERE job_id = :job_id;
 
 -- name: set_limit
@@ -236,8 +237,9 @@ DELETE FROM limits WHERE limit_key = :key;
 -- name: queue_ahead
 -- The claimable jobs in claim order with what a queued job's ETA needs.
 SELECT j.job_id, j.limit_key, s.queue_at, j.priority,
-       json_extract(j.doc, '$.eta_p50') AS eta_p50,
-       json_extract(j.doc, '$.eta_confidence') AS eta_confidence
+       CASE WHEN json_valid(j.doc) THEN json_extract(j.doc, '$.eta_p50') END AS eta_p50,
+       CASE WHEN json_valid(j.doc) THEN json_extract(j.doc, '$.eta_confidence') END
+         AS eta_confidence
   FROM jobs j INDEXED BY jobs_claim CROSS JOIN status s ON s.job_id = j.job_id
  WHERE j.started_at IS NULL AND j.finished_at IS NULL
    AND s.queue_at IS NOT NULL AND s.status = 'pending' AND NOT j.cancel_requested
@@ -389,42 +391,57 @@ SELECT runner_id, info, started_at, beat_at FROM runners;
 
 -- name: spend
 -- Committed spend in one pass. A missing or non-false lower-bound flag on a
--- finished job that started makes the total a lower bound.
-SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
-                    + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)
+-- finished job that started makes the total a lower bound. As on PostgreSQL, a
+-- figure that is not a JSON number counts as absent, and a row whose doc is
+-- not JSON (it reads failed, "unreadable") counts for nothing: one bad row
+-- never breaks the sum for the others (json_valid first: the json functions
+-- raise on a malformed doc).
+SELECT coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.prior_actual_usd') END, 0)
+                    + coalesce(CASE WHEN json_type(doc, '$.earlier_runs_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.earlier_runs_usd') END, 0)
                     + CASE WHEN finished_at IS NULL THEN 0
-                           ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0)
+                           ELSE coalesce(CASE WHEN json_type(doc, '$.actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.actual_usd') END, 0) END), 0.0)
          AS actual_usd,
        coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
                     AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
          AS lower_bound,
        coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN json_extract(doc, '$.estimated_usd') END), 0.0)
+                         THEN CASE WHEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.estimated_usd') END END), 0.0)
          AS live_estimated_usd,
        count(CASE WHEN finished_at IS NULL
-                   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)
+                   AND coalesce(json_type(doc, '$.estimated_usd'), 'null') NOT IN ('integer', 'real')
+                  THEN 1 END)
          AS live_unknown
-  FROM jobs;
+  FROM jobs
+ WHERE json_valid(doc);
 
 -- name: spend_by_actor
 -- One actor's spend over a rolling window (as `spend`, over the jobs created
 -- at or after :since by this actor; index jobs_by_actor).
-SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
-                    + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)
+SELECT coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.prior_actual_usd') END, 0)
+                    + coalesce(CASE WHEN json_type(doc, '$.earlier_runs_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.earlier_runs_usd') END, 0)
                     + CASE WHEN finished_at IS NULL THEN 0
-                           ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0)
+                           ELSE coalesce(CASE WHEN json_type(doc, '$.actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.actual_usd') END, 0) END), 0.0)
          AS actual_usd,
        coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
                     AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
          AS lower_bound,
        coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN json_extract(doc, '$.estimated_usd') END), 0.0)
+                         THEN CASE WHEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.estimated_usd') END END), 0.0)
          AS live_estimated_usd,
        count(CASE WHEN finished_at IS NULL
-                   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)
+                   AND coalesce(json_type(doc, '$.estimated_usd'), 'null') NOT IN ('integer', 'real')
+                  THEN 1 END)
          AS live_unknown
   FROM jobs
- WHERE actor_id = :actor_id AND created_at >= :since;
+ WHERE actor_id = :actor_id AND created_at >= :since AND json_valid(doc);
 
 -- name: delete_job
 DELETE FROM jobs WHERE job_id = :job_id;
@@ -484,9 +501,12 @@ SELECT coalesce(sum(usd), 0.0) AS usd, coalesce(max(lower_bound), 0) AS lower_bo
 -- and actor, split at :today (a run's spend counts on the day it finished,
 -- earlier attempts and runs included).
 SELECT j.kind, coalesce(j.actor_id, '') AS actor_id, j.finished_at >= :today AS today,
-       sum(coalesce(json_extract(j.doc, '$.prior_actual_usd'), 0)
-                    + coalesce(json_extract(j.doc, '$.earlier_runs_usd'), 0)
-                    + coalesce(json_extract(j.doc, '$.actual_usd'), 0)) AS usd,
+       sum(coalesce(CASE WHEN json_type(j.doc, '$.prior_actual_usd') IN ('integer', 'real')
+                              THEN json_extract(j.doc, '$.prior_actual_usd') END, 0)
+           + coalesce(CASE WHEN json_type(j.doc, '$.earlier_runs_usd') IN ('integer', 'real')
+                              THEN json_extract(j.doc, '$.earlier_runs_usd') END, 0)
+           + coalesce(CASE WHEN json_type(j.doc, '$.actual_usd') IN ('integer', 'real')
+                              THEN json_extract(j.doc, '$.actual_usd') END, 0)) AS usd,
        coalesce(max(j.started_at IS NOT NULL
                     AND json_extract(j.doc, '$.actual_is_lower_bound') IS NOT 0), 0) AS lower_bound
   FROM jobs j
@@ -581,24 +601,32 @@ ON CONFLICT (one) DO UPDATE
 -- A budget's committed spend, as `spend` but over the jobs it counts: of
 -- :actor_id and :kind when given (NULL: every one), finished at or after
 -- :since (NULL: all time) or still live (a live job's estimate is spent now).
-SELECT coalesce(sum(coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
-                    + coalesce(json_extract(doc, '$.earlier_runs_usd'), 0)
+-- Guarded as `spend` is: a doc that is not JSON counts for nothing, a figure
+-- that is not a JSON number as absent.
+SELECT coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.prior_actual_usd') END, 0)
+                    + coalesce(CASE WHEN json_type(doc, '$.earlier_runs_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.earlier_runs_usd') END, 0)
                     + CASE WHEN finished_at IS NULL THEN 0
-                           ELSE coalesce(json_extract(doc, '$.actual_usd'), 0) END), 0.0)
+                           ELSE coalesce(CASE WHEN json_type(doc, '$.actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.actual_usd') END, 0) END), 0.0)
          AS actual_usd,
        coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
                     AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
          AS lower_bound,
        coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN json_extract(doc, '$.estimated_usd') END), 0.0)
+                         THEN CASE WHEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.estimated_usd') END END), 0.0)
          AS live_estimated_usd,
        count(CASE WHEN finished_at IS NULL
-                   AND json_extract(doc, '$.estimated_usd') IS NULL THEN 1 END)
+                   AND coalesce(json_type(doc, '$.estimated_usd'), 'null') NOT IN ('integer', 'real')
+                  THEN 1 END)
          AS live_unknown
   FROM jobs
  WHERE (:since IS NULL OR finished_at IS NULL OR finished_at >= :since)
    AND (:actor_id IS NULL OR actor_id = :actor_id)
-   AND (:kind IS NULL OR kind = :kind);
+   AND (:kind IS NULL OR kind = :kind)
+   AND json_valid(doc);
 
 -- name: budget_rollup_spend
 -- What the pruned jobs a budget counts spent, from the UTC day :since_day on
@@ -615,14 +643,17 @@ SELECT coalesce(sum(usd), 0.0) AS usd, coalesce(max(lower_bound), 0) AS lower_bo
 -- both), for the quote-against-bill accuracy (nw/jobs/accuracy.py).
 SELECT kind, finished_at,
        json_extract(doc, '$.estimated_usd') AS quoted_usd,
-       coalesce(json_extract(doc, '$.prior_actual_usd'), 0)
+       coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
+                     THEN json_extract(doc, '$.prior_actual_usd') END, 0)
          + json_extract(doc, '$.actual_usd') AS billed_usd,
        json_extract(doc, '$.params.model') AS model,
        json_extract(doc, '$.params.plan.calls') AS calls
   FROM jobs INDEXED BY jobs_by_finished
  WHERE finished_at IS NOT NULL AND finished_at >= :since
-   AND json_type(doc, '$.estimated_usd') IN ('integer', 'real')
-   AND json_type(doc, '$.actual_usd') IN ('integer', 'real')
+   AND CASE WHEN json_valid(doc)  -- a doc that is not JSON is passed over, not an error
+            THEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
+                 AND json_type(doc, '$.actual_usd') IN ('integer', 'real')
+            ELSE 0 END
    AND (:kind IS NULL OR kind = :kind)
  ORDER BY finished_at DESC
  LIMIT :limit;
@@ -635,3 +666,8 @@ SELECT 'budget' AS what, budget_key, usd, per, actor_id, kind,
 UNION ALL
 SELECT 'approval', NULL, NULL, NULL, NULL, NULL, threshold_usd, mode
   FROM approval WHERE one = 1;
+
+-- name: count_finished_before
+-- How many jobs `prune` would delete with this :cutoff (a dry run; index
+-- jobs_by_finished).
+SELECT count(*) AS n FROM jobs WHERE finished_at IS NOT NULL AND finished_at < :cutoff;

@@ -1,6 +1,6 @@
 // The nw.jobs tray: one event stream (api/summary/events) drives the tray; the
 // history, workers and job views read the JSON API (a job's view follows its own
-// stream while it runs). Formatting mirrors nw/cli_render.py; keep the two in step.
+// stream while it runs). Formatting mirrors nw/cli/render.py; keep the two in step.
 // URLs are relative so the app works wherever it is mounted (the server writes a
 // <base href>). A job's view is #job=<id> (or ?job=<id> on load).
 "use strict";
@@ -54,7 +54,7 @@ function etaOf(job) {
 }
 
 // The server's liveness predicate says this live job's worker is dead: it will be
-// requeued or failed in a moment (cli_render.state_text says the same).
+// requeued or failed in a moment (render.py state_text says the same).
 const WORKER_LOST = "worker lost";
 function stateOf(job) {
   const live = job.status === "running" || job.status === "cancelling";

@@ -5,11 +5,20 @@ so the table, the plain line and ``--json`` all show the same data. The cost
 rule is the one the seed insists on: a lower bound reads ``≥ $x``, an unknown
 reads ``unknown``, and neither ever reads ``$0``. The web tray's ``tray.js``
 mirrors these rules; keep the two in step.
+
+Job data is shown as text, never obeyed: every string from a job (its label,
+kind, actor, stage, error, params, a worker's host) reaches a renderable as a
+``rich.text.Text`` (no markup, no emoji codes), and each control character in
+it (ESC, BEL, C1, a bidirectional override, a lone surrogate) reads as its
+escape (``nw.canonical.escaped``: ``\\x1b``), so a label cannot move the
+cursor, set the title, write the clipboard or crash a command. Rows stored
+before the input checks existed are shown the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,8 +26,11 @@ from typing import Any
 from rich import box
 from rich.console import Group
 from rich.progress_bar import ProgressBar
+from rich.protocol import is_renderable
 from rich.table import Table
 from rich.text import Text
+
+from nw.canonical import CONTROL, escaped
 
 ESTIMATING = "estimating…"
 STATUS_STYLE = {
@@ -33,6 +45,32 @@ STATUS_STYLE = {
 WORKER_LOST = "worker lost"
 GRADE_STYLE = {"ok": "green", "notice": "blue", "warning": "yellow", "error": "bold red"}
 LIVE = ("queued", "running", "cancelling")
+
+
+def text(value: Any, style: str = "") -> Text:
+    """Data as a renderable: plain text (never markup), control characters escaped."""
+    return Text(escaped(str(value)), style=style)
+
+
+def _cell(value: Any) -> Any:
+    """A table cell: a string (data, or built from it) as ``text``; a renderable as is."""
+    if value is None:
+        return Text("—")
+    return text(value) if isinstance(value, str) or not is_renderable(value) else value
+
+
+def _json_escape(found: Any) -> str:
+    char = found.group()  # a newline here is the indentation's: json escapes its own
+    return char if char == "\n" else f"\\u{ord(char):04x}"
+
+
+def shown_json(value: Any, *, indent: int | None = 2) -> str:
+    """``value`` as JSON for a terminal or a pipe: non-ASCII kept readable, each
+    control character (C1, DEL, a bidirectional override, a lone surrogate,
+    which ``json.dumps`` leaves raw) written as its ``\\uXXXX`` escape. Still JSON,
+    and always encodable."""
+    raw = json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+    return CONTROL.sub(_json_escape, raw)
 
 
 def usd(value: float) -> str:
@@ -154,14 +192,14 @@ def plain_line(job: Mapping[str, Any]) -> str:
     outcome = outcome_text(job)
     if outcome and job.get("status") not in LIVE:
         bits.append(outcome)
-    return " | ".join(bits)
+    return escaped(" | ".join(bits))
 
 
 def status_cell(job: Mapping[str, Any]) -> Text:
     status = state_text(job)
     plain = STATUS_STYLE.get(str(job.get("status")), "")  # a waiting job is styled as queued
     style = GRADE_STYLE.get(job.get("grade") or "", STATUS_STYLE.get(status, plain))
-    return Text(status, style=style)
+    return text(status, style=style)
 
 
 def bar(job: Mapping[str, Any], width: int = 24) -> ProgressBar | Text:
@@ -196,6 +234,9 @@ class _Column:
     """Lower gets spare width first."""
     justify: str = "left"
     style: str = ""
+    wraps: bool = False
+    """Its text wraps onto more lines rather than being cut: what it says
+    (why a job waits, how long it has left) is worth a taller row."""
 
 
 # The id stays at 80 columns and in a pipe (it is what show, cancel and retry
@@ -203,13 +244,13 @@ class _Column:
 _COLUMNS = (
     _Column("id", lambda j: short_id(j["job_id"]), 12, 12, 1, 9, style="dim"),
     _Column("job", lambda j: j.get("label") or j["kind"], 14, 32, 0, 1),
-    _Column("status", status_cell, 10, 10, 2, 9),
+    _Column("status", status_cell, 10, 16, 2, 1, wraps=True),
     _Column("progress", lambda j: bar(j, width=16), 16, 16, 5, 9),
     _Column("%", pct_text, 4, 4, 6, 9, justify="right"),
-    _Column("ETA", eta_text, 14, 22, 4, 2),
+    _Column("ETA", eta_text, 14, 22, 4, 2, wraps=True),
     _Column("stage", stage_text, 10, 20, 7, 3),
     _Column("cost", cost_text, 12, 13, 3, 0, justify="right"),
-    _Column("note", lambda j: _note(j), 12, 60, 8, 4, style="dim"),
+    _Column("note", lambda j: _note(j), 12, 60, 8, 4, style="dim", wraps=True),
 )
 _PER_COLUMN = 3  # padding either side and a separator; the edges make it 3n - 1 in all
 
@@ -236,18 +277,28 @@ def jobs_table(
         widths[column.name] += grow
         spare -= grow
     shown = [c for c in candidates if c in chosen]
-    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", pad_edge=False)
+    noted = any(c.name == "note" for c in shown)
+    table = Table(
+        title=None if title is None else text(title),
+        box=box.SIMPLE_HEAVY,
+        title_justify="left",
+        pad_edge=False,
+    )
     for column in shown:
         table.add_column(
             column.name,
             width=widths[column.name],
-            no_wrap=True,
-            overflow="ellipsis",
+            no_wrap=not column.wraps,
+            overflow="fold" if column.wraps else "ellipsis",
             justify=column.justify,  # type: ignore[arg-type]
             style=column.style,
         )
     for job in jobs:
-        table.add_row(*(column.cell(job) for column in shown))
+        cells = [_cell(column.cell(job)) for column in shown]
+        if not noted and _note(job):  # no room for the note: the status says why it ended
+            at = next(i for i, c in enumerate(shown) if c.name == "status")
+            cells[at] = Text.assemble(cells[at], text(f": {_note(job)}", style="dim"))
+        table.add_row(*cells)
     return table
 
 
@@ -281,16 +332,14 @@ def shown_params(value: Any) -> Any:
 
 
 def _json_text(value: Any) -> Text:
-    import json
-
-    return Text(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    return Text(shown_json(value))
 
 
 def cost_lines(job: Mapping[str, Any], quote: Mapping[str, Any] | None = None) -> list[str]:
     """The cost in full: estimate, actual with its honesty flag, cache savings, the quote."""
     cost = job.get("cost") or {}
     estimated, actual = cost.get("estimated_usd"), cost.get("actual_usd")
-    lower = cost.get("actual_is_lower_bound")
+    lower: Any = cost.get("actual_is_lower_bound")
     lines = [f"estimated {'unknown' if estimated is None else usd(estimated)}"]
     if actual is None:
         lines.append("actual not reported" + (" (an unknown cost was billed)" if lower else ""))
@@ -314,7 +363,7 @@ def cost_lines(job: Mapping[str, Any], quote: Mapping[str, Any] | None = None) -
 
 def job_detail(
     job: Mapping[str, Any],
-    trail: list[Mapping[str, Any]] | None = None,
+    trail: Sequence[Mapping[str, Any]] | None = None,
     *,
     quote: Mapping[str, Any] | None = None,
 ) -> Group:
@@ -331,11 +380,11 @@ def job_detail(
         ("kind", job.get("kind")),
         ("actor", " ".join(filter(None, [actor.get("id"), actor.get("handle")])) or None),
         ("status", status_cell(job)),
-        ("grade", Text(job.get("grade") or "—", style=GRADE_STYLE.get(job.get("grade") or ""))),
+        ("grade", Text(job.get("grade") or "—", style=GRADE_STYLE.get(job.get("grade") or "", ""))),
         ("progress", Group(bar(job, width=30), Text(pct_text(job)))),
         ("ETA", eta_text(job)) if live else ("ran", duration(job.get("elapsed_s"))),
         ("stage", stage_text(job)),
-        ("cost", "\n".join(cost_lines(job, quote))),
+        ("cost", Text("\n".join(map(escaped, cost_lines(job, quote))))),
         ("created", _when(job.get("created_at"))),
         ("started", _when(job.get("started_at"))),
         ("finished", _when(job.get("finished_at"))),
@@ -346,7 +395,7 @@ def job_detail(
         rows.append(("predicted", f"{duration(job['predicted_total_s'])} in all"))
     if job.get("error"):
         kind = f" ({job['error_kind']})" if job.get("error_kind") else ""
-        rows.append(("error", Text(f"{job['error']}{kind}", style="red")))
+        rows.append(("error", text(f"{job['error']}{kind}", style="red")))
     if job.get("error_detail") is not None:
         rows.append(("error detail", _json_text(job["error_detail"])))
     if job.get("artifact_ref"):
@@ -354,7 +403,7 @@ def job_detail(
     if job.get("worker_silent_s") is not None:
         rows.append(("worker silent", duration(job["worker_silent_s"])))
     for name, value in rows:
-        grid.add_row(name, value if value is not None else "—")
+        grid.add_row(name, _cell(value))
     parts: list[Any] = [grid]
     attempts = job.get("attempts") or []
     if attempts:
@@ -364,12 +413,17 @@ def job_detail(
         for a in attempts:
             where = f"{a.get('host') or '?'} pid {a.get('pid') or '?'}"
             table.add_row(
-                str(a.get("attempt")),
-                where,
-                _when(a.get("started_at")),
-                _when(a.get("ended_at")),
-                a.get("ended") or "running",
-                a.get("error") or "",
+                *map(
+                    _cell,
+                    (
+                        str(a.get("attempt")),
+                        where,
+                        _when(a.get("started_at")),
+                        _when(a.get("ended_at")),
+                        a.get("ended") or "running",
+                        a.get("error") or "",
+                    ),
+                )
             )
         parts.append(table)
     if trail:
@@ -383,9 +437,8 @@ def job_detail(
             when = datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts else "—"
             pct = beat.get("pct")
             stage = stage_text({"progress": beat.get("stage") or {}})
-            steps.add_row(
-                when, "—" if pct is None else f"{pct:.0f}", stage, beat.get("message") or ""
-            )
+            pct_shown = "—" if pct is None else f"{pct:.0f}"
+            steps.add_row(*map(_cell, (when, pct_shown, stage, str(beat.get("message") or ""))))
         parts.append(steps)
     parts.append(Text("params", style="bold"))
     parts.append(_json_text(shown_params(job.get("params") or {})))
@@ -399,7 +452,7 @@ def totals_view(data: Mapping[str, Any], *, title: str | None = None) -> Group:
     """``nw-jobs spend``: today and this week by kind and actor, then the counts."""
     parts: list[Any] = []
     if title:
-        parts.append(Text(title, style="bold"))
+        parts.append(text(title, style="bold"))
     spend = data.get("spend") or {}
     for window, name in (("today", "today (UTC)"), ("week", "the last 7 days")):
         got = spend.get(window) or {}
@@ -411,7 +464,7 @@ def totals_view(data: Mapping[str, Any], *, title: str | None = None) -> Group:
         table.add_column("spent", justify="right")
         for by in ("kind", "actor"):
             for key, value in sorted((got.get(f"by_{by}") or {}).items()):
-                table.add_row(by, key, usd(float(value)))
+                table.add_row(by, text(key), usd(float(value)))
         if table.row_count:
             parts.append(table)
     committed = data.get("committed")
@@ -430,19 +483,31 @@ def totals_view(data: Mapping[str, Any], *, title: str | None = None) -> Group:
 
 def workers_table(workers: Iterable[Mapping[str, Any]], *, title: str | None = None) -> Table:
     """``nw-jobs workers``: each announced process, live or lately lost."""
-    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", pad_edge=False)
+    table = Table(
+        title=None if title is None else text(title),
+        box=box.SIMPLE_HEAVY,
+        title_justify="left",
+        pad_edge=False,
+    )
     for name in ("worker", "state", "busy", "kinds", "started", "last beat", "jobs"):
-        table.add_column(name, overflow="fold")
+        # words wrap whole (a kind is not cut mid-name); only one longer than the
+        # column is folded
+        table.add_column(name, overflow="fold", no_wrap=False)
     for w in workers:
-        state = Text(w["state"], style="green" if w["state"] == "live" else "red")
+        state = text(w["state"], style="green" if w["state"] == "live" else "red")
         slots = w.get("slots")
         table.add_row(
-            f"{w.get('host') or '?'} pid {w.get('pid') or '?'}",
-            state,
-            f"{w.get('busy', 0)}/{slots}" if slots else str(w.get("busy", 0)),
-            ", ".join(w.get("kinds") or []) or (w.get("role") or "—"),
-            _when(w.get("started_at")),
-            _when(w.get("last_beat_at")),
-            " ".join(short_id(j) for j in w.get("jobs") or []) or "—",
+            *map(
+                _cell,
+                (
+                    f"{w.get('host') or '?'} pid {w.get('pid') or '?'}",
+                    state,
+                    f"{w.get('busy', 0)}/{slots}" if slots else str(w.get("busy", 0)),
+                    ", ".join(map(str, w.get("kinds") or [])) or str(w.get("role") or "—"),
+                    _when(w.get("started_at")),
+                    _when(w.get("last_beat_at")),
+                    " ".join(short_id(j) for j in w.get("jobs") or []) or "—",
+                ),
+            )
         )
     return table
