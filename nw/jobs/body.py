@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from au import ComputationResult, ComputationStatus
 
 from nw.canonical import jsonable
-from nw.jobs import eta, events, outcome
+from nw.jobs import eta, events, outcome, tracing
 from nw.jobs.errors import JobCancelled, JobRefused, error_kind_of
 from nw.jobs.eta import observed_fraction
 from nw.jobs.ids import check_json_params
@@ -241,41 +241,44 @@ def run_attempt(
     row = _fresh_attempt(store, _repredict(store, row, config))
     rec = row.record
     job_id, attempt = rec["job_id"], rec["attempt"]
-    sink = EventSink(store, row, launch.on_event, config.clock, launch.secrets)
-    offered = {
-        "job_id": job_id,
-        "on_event": sink,
-        "should_cancel": CancelProbe(store, job_id, launch.cancel, launch.stopping),
-        "secrets": dict(launch.secrets or {}),
-        "resume": rec.get("resume"),
-    }
-    kwargs = accepted_kwargs(launch.fn, offered)
-    value: Any = None
-    try:
-        if error is None:
-            with launch.capture if launch.capture is not None else nullcontext():
-                value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)
-            check_json_params({"result": value})
-            value = redact_value(value, launch.secrets)  # a result never stores a secret
-    except BaseException as exc:  # a body must never leave its job RUNNING
-        error = exc
-    record = sink.record
-    now = config.clock()
-    meta = {
-        "eta_candidates": record.get("eta_candidates"),
-        "output_kind": record.get("output_kind"),
-        "units": record.get("units"),
-        "cached": bool(record.get("cached")),
-        "progress": sink.progress_points(rec.get("started_at"), now),
-    }
-    ending = _ending(error, value, record, launch, now)
-    decided = outcome.decide(
-        ending,
-        record,
-        outcome.RetryPolicy.of(rec, config, retryable=launch.retryable),
-        now=now,
-        cancel_requested=_cancel_requested(store, job_id, launch, returned=error is None),
-    )
+    # a span of its own (the `otel` extra): the child of the enqueue's, in any process
+    with tracing.attempt_span(rec) as traced:
+        sink = EventSink(store, row, launch.on_event, config.clock, launch.secrets)
+        offered = {
+            "job_id": job_id,
+            "on_event": sink,
+            "should_cancel": CancelProbe(store, job_id, launch.cancel, launch.stopping),
+            "secrets": dict(launch.secrets or {}),
+            "resume": rec.get("resume"),
+        }
+        kwargs = accepted_kwargs(launch.fn, offered)
+        value: Any = None
+        try:
+            if error is None:
+                with launch.capture if launch.capture is not None else nullcontext():
+                    value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)
+                check_json_params({"result": value})
+                value = redact_value(value, launch.secrets)  # a result never stores a secret
+        except BaseException as exc:  # a body must never leave its job RUNNING
+            error = exc
+        record = sink.record
+        now = config.clock()
+        meta = {
+            "eta_candidates": record.get("eta_candidates"),
+            "output_kind": record.get("output_kind"),
+            "units": record.get("units"),
+            "cached": bool(record.get("cached")),
+            "progress": sink.progress_points(rec.get("started_at"), now),
+        }
+        ending = _ending(error, value, record, launch, now)
+        decided = outcome.decide(
+            ending,
+            record,
+            outcome.RetryPolicy.of(rec, config, retryable=launch.retryable),
+            now=now,
+            cancel_requested=_cancel_requested(store, job_id, launch, returned=error is None),
+        )
+        decided = tracing.attempt_ended(traced, record, ending.fields, decided)
     if error is not None and ending.error_kind == ERROR_KIND_CRASHED:
         if isinstance(error, Exception):
             extra = "" if decided.note == ending.message else f" ({decided.note})"

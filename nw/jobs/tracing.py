@@ -126,3 +126,47 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
         for k, v in attributes.items()
         if isinstance(v, (str, bool, int, float))
     }
+
+
+@contextlib.contextmanager
+def attempt_span(record: Mapping[str, Any]) -> Iterator[Any]:
+    """The span an attempt's body runs in: the child of the enqueue's stored
+    span, linked to the run's first attempt when it is a retry."""
+    from nw.jobs.records import attempt_in_run
+
+    links = (record.get("trace_attempt"),) if record.get("trace_attempt") else ()
+    attributes = {
+        "job_id": record.get("job_id"),
+        "kind": record.get("kind"),
+        "attempt": attempt_in_run(record),
+    }
+    with span("nw.jobs.attempt", attributes, parent=record.get("trace"), links=links) as current:
+        yield current
+
+
+def attempt_ended(
+    current: Any, record: Mapping[str, Any], ending_fields: Mapping[str, Any], decided: Any
+) -> Any:
+    """Annotate the attempt's span with how it ended and what it cost; returns
+    ``decided`` with the span's headers kept for the run's next attempt to link
+    to (a requeue, the first attempt of the run only)."""
+    if current is None:
+        return decided
+    spent = {**record, **ending_fields}.get("actual_usd")
+    prior = record.get("prior_actual_usd") or 0.0
+    annotate(
+        current,
+        outcome=decided.ended,
+        status=decided.au_status.value,
+        error_kind=decided.fields.get("error_kind"),
+        cost_usd=spent,
+        cost_usd_total=None if spent is None else float(prior) + float(spent),
+    )
+    if not decided.requeued or record.get("trace_attempt"):
+        return decided
+    headers = carrier()
+    if headers is None:
+        return decided
+    import dataclasses
+
+    return dataclasses.replace(decided, fields={**decided.fields, "trace_attempt": headers})
