@@ -52,9 +52,11 @@ def test_an_attempt_is_the_child_of_its_enqueue_inside_the_callers_trace(project
     jobs.wait(project, job.job_id, timeout=30, config=cfg)
     # Then the enqueue is the request's child, and the attempt the enqueue's
     spans = wait_until(
-        lambda: (s := {x.name: x for x in exported.get_finished_spans()})
-        and "nw.jobs.attempt" in s
-        and s,
+        lambda: (
+            (s := {x.name: x for x in exported.get_finished_spans()})
+            and "nw.jobs.attempt" in s
+            and s
+        ),
         what="the attempt's span to end",
     )
     enqueue, attempt = spans["nw.jobs.enqueue"], spans["nw.jobs.attempt"]
