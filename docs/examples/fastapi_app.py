@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 import nw
 from nw import jobs
+from nw.jobs import aio  # the facade's calls, awaitable: the loop never blocks
 from nw.jobs.web import create_app
 
 PROJECT = nw.Project.init(os.environ.get("FILM_PROJECT", "my-film"))  # created if missing
@@ -39,23 +40,31 @@ async def over_budget(request, exc):
 
 
 @app.post("/clips", status_code=202)
-def animate_clip(body: dict[str, Any]):  # a plain def: FastAPI runs it on its thread pool
+async def animate_clip(body: dict[str, Any]):
     params = {"model": "kling", "operation": "image_to_video", "duration_s": 5}
-    job = jobs.enqueue(PROJECT, "film.animate", {**params, **body})
+    job = await aio.enqueue(PROJECT, "film.animate", {**params, **body})
     return jobs.to_dict(job)
 
 
 @app.get("/clips/{job_id}")
-def clip(job_id: str):
-    job = jobs.get_job(PROJECT, job_id)
+async def clip(job_id: str):
+    job = await aio.get_job(PROJECT, job_id)
     if job is None:
         raise HTTPException(404, "no such job")
     return jobs.to_dict(job)
 
 
+@app.get("/clips/{job_id}/done")
+async def clip_done(job_id: str, timeout: float = 60):  # woken by the store: no polling
+    try:
+        return jobs.to_dict(await aio.wait(PROJECT, job_id, timeout=timeout))
+    except TimeoutError:
+        raise HTTPException(408, f"not done after {timeout:g} s") from None
+
+
 @app.post("/clips/{job_id}/cancel")
-def cancel_clip(job_id: str):
-    job = jobs.cancel_job(PROJECT, job_id)
+async def cancel_clip(job_id: str):
+    job = await aio.cancel_job(PROJECT, job_id)
     if job is None:
         raise HTTPException(404, "no such job")
     return jobs.to_dict(job)

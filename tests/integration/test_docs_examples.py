@@ -150,6 +150,10 @@ def test_starlette_app_example(film, monkeypatch, request):
         assert made.status_code == 202 and made.json()["status"] == "queued"
         job_id = made.json()["job_id"]
         assert client.get(f"/clips/{job_id}").json()["job_id"] == job_id
+        waited = client.get(f"/clips/{job_id}/done?timeout=0.2")  # no worker runs it here
+        assert waited.status_code == 408 and "not done after 0.2 s" in waited.json()["error"]
+        nw.jobs.cancel_job(film / "app-film", job_id)
+        assert client.get(f"/clips/{job_id}/done").json()["status"] == "cancelled"
         assert client.get("/clips/" + "0" * 64).status_code == 404
         bad = client.post("/clips", json={"n": 2, "units": -1})
         assert bad.status_code == 400 and "units" in bad.json()["error"]
