@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from nw.cli.common import EXIT_OK, UserError, _console, _print_json, _project
+from nw.cli.common import EXIT_OK, UserError, make_console, print_json, project_from
 
 PERIODS = ("day", "week", "month")
 
@@ -67,7 +67,7 @@ def add_accuracy_options(p: argparse.ArgumentParser, cmd_spend: Callable) -> Non
 def cmd_budget(args: argparse.Namespace) -> int:
     from nw.jobs import get_approval, list_budgets, remove_budget, set_approval, set_budget
 
-    project = _project(args)
+    project = project_from(args)
     scope = {"per": args.per, "actor": args.actor, "kind": args.kind}
     if args.action != "approval" and (args.threshold is not None or args.mode is not None):
         raise UserError("--threshold and --mode belong to nw-jobs budget approval")
@@ -94,10 +94,10 @@ def cmd_budget(args: argparse.Namespace) -> int:
             )
         policy = get_approval(project)
         if args.json:
-            _print_json(policy)
+            print_json(policy)
             return EXIT_OK
         _print(
-            _console(),
+            make_console(),
             f"approval {policy['mode']} at {_money(policy['threshold_usd'])}"
             + ("" if policy["stored"] else " (not stored: the defaults)"),
         )
@@ -106,9 +106,9 @@ def cmd_budget(args: argparse.Namespace) -> int:
         raise UserError("nw-jobs budget (list) takes no USD or scope; use set or remove")
     rows = list_budgets(project)
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return EXIT_OK
-    console = _console()
+    console = make_console()
     if not rows:
         _print(console, "no budgets")
         return EXIT_OK
@@ -131,11 +131,11 @@ def _scope_text(scope: dict[str, Any]) -> str:
 def cmd_accuracy(args: argparse.Namespace) -> int:
     from nw.jobs import cost_accuracy
 
-    rows = cost_accuracy(_project(args), by=args.by)
+    rows = cost_accuracy(project_from(args), by=args.by)
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return EXIT_OK
-    console = _console()
+    console = make_console()
     if not rows:
         _print(console, "no finished job was both quoted and billed yet")
         return EXIT_OK

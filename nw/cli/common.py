@@ -40,7 +40,7 @@ class UserError(InvalidInput):
     ambiguous id prefix, a missing option); printed as one line."""
 
 
-def _console(*, stderr: bool = False):
+def make_console(*, stderr: bool = False):
     """A rich console that shows what it is given as text: no markup, no emoji
     codes, no highlighting, and a string's control characters escaped (a
     renderable from ``nw.cli.render`` escapes its own)."""
@@ -56,18 +56,18 @@ def _console(*, stderr: bool = False):
     return TextConsole(stderr=stderr, highlight=False, markup=False, emoji=False)
 
 
-def _print_json(value: Any) -> None:
+def print_json(value: Any) -> None:
     from nw.cli.render import shown_json
 
     sys.stdout.write(shown_json(value) + "\n")
 
 
-def _project(args: argparse.Namespace):
+def project_from(args: argparse.Namespace):
     root = args.project or os.environ.get(PROJECT_ENV) or os.getcwd()
     return _existing(root)
 
 
-def _projects(args: argparse.Namespace) -> list:
+def projects_from(args: argparse.Namespace) -> list:
     roots = args.project or [os.environ.get(PROJECT_ENV) or os.getcwd()]
     return [_existing(root) for root in roots]
 
@@ -87,7 +87,7 @@ def _existing(root: str):
     return project
 
 
-def _resolve_id(project, text: str) -> str:
+def resolve_id(project, text: str) -> str:
     """A full job id, or a unique prefix of one (``list`` shows 12 characters)."""
     from nw.jobs import DEFAULT_CONFIG
     from nw.jobs.ids import is_job_id
@@ -115,21 +115,21 @@ def _resolve_id(project, text: str) -> str:
     return matches[0]
 
 
-def _job_dict(job) -> dict[str, Any]:
+def job_dict(job) -> dict[str, Any]:
     from nw.jobs import to_dict
 
     return to_dict(job)
 
 
-def _one_job(project, job_id: str, call: Callable[..., Any]) -> dict[str, Any]:
+def one_job(project, job_id: str, call: Callable[..., Any]) -> dict[str, Any]:
     """``call(project, job_id)`` (get or cancel) as a dict; a missing job is a user error."""
     job = call(project, job_id)
     if job is None:
         raise UserError(f"no job {job_id} in {project.root}")
-    return _job_dict(job)
+    return job_dict(job)
 
 
-def _params(text: str) -> dict[str, Any]:
+def params_from(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -147,7 +147,7 @@ def cwd_on_path() -> None:
         sys.path.insert(0, here)
 
 
-def _optional_module(name: str, what: str, *, extra: str):
+def optional_module(name: str, what: str, *, extra: str):
     """Import a part that may be absent: not in this build, or its extra not installed."""
     import importlib
 
@@ -160,7 +160,7 @@ def _optional_module(name: str, what: str, *, extra: str):
         raise UserError(f"{what} needs {exc.name}, which is not installed{hint}") from None
 
 
-def _import_modules(modules: Sequence[str]) -> None:
+def import_modules(modules: Sequence[str]) -> None:
     import importlib
 
     cwd_on_path()
@@ -174,7 +174,7 @@ def _import_modules(modules: Sequence[str]) -> None:
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def _age(text: str) -> float:
+def parse_age(text: str) -> float:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or plain seconds."""
     raw = text.strip().lower()
     unit = _UNITS.get(raw[-1:]) if raw else None
@@ -190,19 +190,19 @@ def _age(text: str) -> float:
     return value
 
 
-def _age_text(seconds: float) -> str:
+def age_text(seconds: float) -> str:
     for unit in ("w", "d", "h", "m"):
         if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
             return f"{int(seconds // _UNITS[unit])}{unit}"
     return f"{seconds:g}s"
 
 
-def _since(text: str) -> float:
+def parse_since(text: str) -> float:
     """An ISO 8601 time (with its zone; a bare date is UTC midnight) or an age ago."""
     from datetime import UTC, datetime
 
     try:
-        return time.time() - _age(text)
+        return time.time() - parse_age(text)
     except argparse.ArgumentTypeError:
         pass
     try:

@@ -9,8 +9,8 @@ from nw.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     UserError,
-    _console,
-    _print_json,
+    make_console,
+    print_json,
 )
 
 
@@ -19,7 +19,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if os.environ.pop("NW_JOBS_DATABASE_URL", None):
         # The demo shows the embedded store; it must not write demo jobs into a database.
-        _console(stderr=True).print(
+        make_console(stderr=True).print(
             "the demo uses the embedded store; NW_JOBS_DATABASE_URL ignored"
         )
     from pathlib import Path
@@ -31,12 +31,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         result = run_demo(
             root,
-            console=_console(stderr=args.json),
+            console=make_console(stderr=args.json),
             plain=True if (args.plain or args.json) else None,
             speed=args.speed,
         )
     except OSError as exc:  # a folder that cannot be made or written
         raise UserError(f"--project {root}: {exc.strerror or exc}") from None
     if args.json:
-        _print_json(result)
+        print_json(result)
     return EXIT_OK if result["finished"] else EXIT_ERROR

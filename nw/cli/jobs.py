@@ -16,15 +16,15 @@ from nw.cli.common import (
     EXIT_TIMEOUT,
     WATCH_EXIT,
     UserError,
-    _console,
-    _import_modules,
-    _job_dict,
-    _one_job,
-    _params,
-    _print_json,
-    _project,
-    _resolve_id,
-    _since,
+    import_modules,
+    job_dict,
+    make_console,
+    one_job,
+    params_from,
+    parse_since,
+    print_json,
+    project_from,
+    resolve_id,
 )
 from nw.errors import NwJobsError
 
@@ -33,8 +33,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from nw.cli.render import jobs_table
     from nw.jobs import list_jobs
 
-    project = _project(args)
-    before = _resolve_id(project, args.before) if args.before else None
+    project = project_from(args)
+    before = resolve_id(project, args.before) if args.before else None
     found = list_jobs(
         project,
         status=args.status,
@@ -45,11 +45,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         before=before,
         limit=args.limit,
     )
-    jobs = [_job_dict(j) for j in found]
+    jobs = [job_dict(j) for j in found]
     if args.json:
-        _print_json(jobs)
+        print_json(jobs)
         return EXIT_OK
-    console = _console()
+    console = make_console()
     if not jobs:
         console.print(f"no {'more ' if before else ''}jobs in {project.root}{_filters_said(args)}")
         return EXIT_OK
@@ -79,14 +79,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     from nw.cli.render import job_detail
     from nw.jobs import get_job, get_job_progress
 
-    project = _project(args)
-    job_id = _resolve_id(project, args.id)
-    data = _one_job(project, job_id, get_job)
+    project = project_from(args)
+    job_id = resolve_id(project, args.id)
+    data = one_job(project, job_id, get_job)
     trail = get_job_progress(project, job_id, limit=1000)
     if args.json:
-        _print_json({**data, "progress_trail": trail, "quote": _quote_of(project, data)})
+        print_json({**data, "progress_trail": trail, "quote": _quote_of(project, data)})
         return EXIT_OK
-    _console().print(job_detail(data, trail, quote=_quote_of(project, data)))
+    make_console().print(job_detail(data, trail, quote=_quote_of(project, data)))
     return EXIT_OK
 
 
@@ -107,21 +107,21 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from nw.cli.render import plain_line, shown_json
     from nw.jobs import get_job
 
-    project = _project(args)
-    job_id = _resolve_id(project, args.id)
+    project = project_from(args)
+    job_id = resolve_id(project, args.id)
 
     def fetch() -> dict[str, Any]:
-        return _one_job(project, job_id, get_job)
+        return one_job(project, job_id, get_job)
 
     data = fetch()
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    console = _console()
+    console = make_console()
     if args.json or not console.is_terminal:
         data = _watch_lines(fetch, data, args, deadline, plain_line, shown_json)
     else:
         data = _watch_live(fetch, data, args, deadline, console)
     if data["status"] not in WATCH_EXIT:
-        _console(stderr=True).print(f"nw-jobs: still {data['status']} after {args.timeout}s")
+        make_console(stderr=True).print(f"nw-jobs: still {data['status']} after {args.timeout}s")
         return EXIT_TIMEOUT
     return WATCH_EXIT[data["status"]]
 
@@ -193,13 +193,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from nw.cli.render import plain_line
     from nw.jobs import cancel_job
 
-    project = _project(args)
-    job_id = _resolve_id(project, args.id)
-    data = _one_job(project, job_id, cancel_job)
+    project = project_from(args)
+    job_id = resolve_id(project, args.id)
+    data = one_job(project, job_id, cancel_job)
     if args.json:
-        _print_json(data)
+        print_json(data)
         return EXIT_OK
-    console = _console()
+    console = make_console()
     if data["status"] in ("succeeded", "failed") or (
         data["status"] == "cancelled" and data.get("error_kind") != "cancelled"
     ):
@@ -216,15 +216,15 @@ def cmd_retry(args: argparse.Namespace) -> int:
     from nw.cli.render import plain_line
     from nw.jobs import retry_job, retry_jobs
 
-    project = _project(args)
-    _import_modules(args.imports or ())
+    project = project_from(args)
+    import_modules(args.imports or ())
     bulk = args.failed or args.cancelled
     if bool(args.id) == bool(bulk):
         raise UserError("retry takes a job id, or --failed / --cancelled (with --kind, --since)")
     if args.id:
         if args.kind or args.since:
             raise UserError("--kind and --since go with --failed or --cancelled, not an id")
-        job = retry_job(project, _resolve_id(project, args.id), approved=args.approve)
+        job = retry_job(project, resolve_id(project, args.id), approved=args.approve)
         if job is None:
             raise UserError(f"no job {args.id} in {project.root}")
         jobs = [job]
@@ -232,15 +232,15 @@ def cmd_retry(args: argparse.Namespace) -> int:
         if args.failed and args.cancelled:
             raise UserError("choose --failed or --cancelled")
         status = "failed" if args.failed else "cancelled"
-        since = _since(args.since) if args.since else None
+        since = parse_since(args.since) if args.since else None
         jobs = retry_jobs(
             project, status=status, kind=args.kind, since=since, approved=args.approve
         )
-    rows = [_job_dict(j) for j in jobs]
+    rows = [job_dict(j) for j in jobs]
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return EXIT_OK
-    console = _console()
+    console = make_console()
     console.print(f"{len(rows)} job(s) queued again" if rows else "nothing to retry")
     for row in rows:
         console.print(plain_line(row), soft_wrap=True)
@@ -254,8 +254,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     nothing by ``enqueue_many``."""
     from nw.jobs import enqueue, enqueue_many
 
-    _import_modules(args.imports or ())
-    project = _project(args)
+    import_modules(args.imports or ())
+    project = project_from(args)
     if (args.kind is None) == (args.batch is None):
         raise UserError("enqueue takes a KIND or --batch FILE (one of them)")
     if args.batch is not None:
@@ -264,11 +264,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         items = _batch(args.batch)
         jobs = enqueue_many(project, items, approved=args.approved)
     else:
-        params = _params(args.params or "{}")
+        params = params_from(args.params or "{}")
         jobs = [enqueue(project, args.kind, params, label=args.label, approved=args.approved)]
-    rows = [_job_dict(j) for j in jobs]
+    rows = [job_dict(j) for j in jobs]
     if args.json:
-        _print_json(rows if args.batch is not None else rows[0])
+        print_json(rows if args.batch is not None else rows[0])
         return EXIT_OK
     from nw.cli.render import plain_line
 

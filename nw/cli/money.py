@@ -7,11 +7,11 @@ import argparse
 from nw.cli.common import (
     EXIT_OK,
     UserError,
-    _console,
-    _import_modules,
-    _params,
-    _print_json,
-    _project,
+    import_modules,
+    make_console,
+    params_from,
+    print_json,
+    project_from,
 )
 
 
@@ -20,7 +20,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
     remove one (``remove KEY``)."""
     from nw.jobs import list_limits, set_limit
 
-    project = _project(args)
+    project = project_from(args)
     if args.action in ("set", "remove") and not args.key:
         raise UserError(f"nw-jobs limits {args.action} needs a KEY")
     if args.action == "set":
@@ -35,9 +35,9 @@ def cmd_limits(args: argparse.Namespace) -> int:
         raise UserError("nw-jobs limits (list) takes no KEY or caps; use set or remove")
     rows = list_limits(project)
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return EXIT_OK
-    console = _console()
+    console = make_console()
     if not rows:
         console.print("no limits")
         return EXIT_OK
@@ -57,9 +57,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from nw.jobs import estimate
     from nw.jobs.kinds import registered_kinds
 
-    project = _project(args)
-    _import_modules(args.imports or ())
-    params = _params(args.params)
+    project = project_from(args)
+    import_modules(args.imports or ())
+    params = params_from(args.params)
     known = registered_kinds()
     if args.kind not in known:
         raise UserError(
@@ -76,11 +76,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             raise UserError(f"params['plan'] cannot be read as a plan: {exc}") from None
     result = estimate(project, args.kind, params)
     if args.json:
-        _print_json(result)
+        print_json(result)
         return EXIT_OK
     from nw.cli.render import usd
 
-    console = _console()
+    console = make_console()
     cost = result.get("estimated_usd")
     shown = "unknown" if cost is None else usd(cost)
     if cost is not None and result.get("has_unknown_costs"):
@@ -104,10 +104,10 @@ def cmd_spend(args: argparse.Namespace) -> int:
     from nw.cli.render import totals_view
     from nw.jobs import spend, totals
 
-    project = _project(args)
+    project = project_from(args)
     data = {**totals(project), "committed": spend(project)}
     if args.json:
-        _print_json(data)
+        print_json(data)
         return EXIT_OK
-    _console().print(totals_view(data, title=f"{project.title} — spend and counts"))
+    make_console().print(totals_view(data, title=f"{project.title} — spend and counts"))
     return EXIT_OK

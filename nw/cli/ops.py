@@ -12,12 +12,12 @@ from nw.cli.common import (
     EXIT_OK,
     PROJECT_ENV,
     UserError,
-    _age_text,
-    _console,
-    _job_dict,
-    _optional_module,
-    _print_json,
-    _project,
+    age_text,
+    job_dict,
+    make_console,
+    optional_module,
+    print_json,
+    project_from,
 )
 
 
@@ -25,12 +25,12 @@ def cmd_workers(args: argparse.Namespace) -> int:
     from nw.cli.render import workers_table
     from nw.jobs import workers
 
-    project = _project(args)
+    project = project_from(args)
     found = workers(project)
     if args.json:
-        _print_json(found)
+        print_json(found)
         return EXIT_OK
-    console = _console()
+    console = make_console()
     if not found:
         console.print(f"no workers announced for {project.root} (start one: nw-jobs worker)")
         return EXIT_OK
@@ -43,16 +43,16 @@ def cmd_prune(args: argparse.Namespace) -> int:
     them; otherwise ask first on a terminal, or take ``--yes``."""
     from nw.jobs import prune
 
-    project = _project(args)
-    age = _age_text(args.older_than)
+    project = project_from(args)
+    age = age_text(args.older_than)
     would = prune(project, older_than_s=args.older_than, dry_run=True)
     if args.dry_run or would == 0:
         if args.json:
-            _print_json({"deleted": 0, "would_delete": would, "older_than_s": args.older_than})
+            print_json({"deleted": 0, "would_delete": would, "older_than_s": args.older_than})
         elif would == 0:
-            _console().print(f"no finished job is older than {age}: nothing to prune")
+            make_console().print(f"no finished job is older than {age}: nothing to prune")
         else:
-            _console().print(f"{would} finished job(s) older than {age} would be pruned")
+            make_console().print(f"{would} finished job(s) older than {age} would be pruned")
         return EXIT_OK
     if not args.yes:
         question = f"prune {would} finished job(s) older than {age}?"
@@ -60,13 +60,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
             raise UserError(f"{question} Pass --yes to go ahead (--dry-run only counts them)")
         answer = input(f"{question} Their spend stays in the totals. [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
-            _console().print("nothing pruned")
+            make_console().print("nothing pruned")
             return EXIT_OK
     deleted = prune(project, older_than_s=args.older_than)
     if args.json:
-        _print_json({"deleted": deleted, "older_than_s": args.older_than})
+        print_json({"deleted": deleted, "older_than_s": args.older_than})
         return EXIT_OK
-    _console().print(
+    make_console().print(
         f"pruned {deleted} finished job(s) older than {age}; their spend stays in the totals"
     )
     return EXIT_OK
@@ -81,7 +81,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     had = (Path(root).expanduser() / META_DIR / META_FILE).is_file()
     project = Project.init(root, title=args.title)
     word = "already a project" if had else "new project"
-    _console().print(
+    make_console().print(
         f"{project.root}: {word} {project.title!r} (id {project.project_id})", soft_wrap=True
     )
     return EXIT_OK
@@ -97,11 +97,11 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     rows = []
     for project in projects:
         for job in summarize(project, limit=args.limit, status=args.status):
-            rows.append({**_job_dict(job), "project": str(project.root)})
+            rows.append({**job_dict(job), "project": str(project.root)})
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return EXIT_OK
-    console = _console()
+    console = make_console()
     for project in projects:
         jobs = [r for r in rows if r["project"] == str(project.root)]
         if jobs:
@@ -113,7 +113,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    worker = _optional_module("nw.jobs.worker", "the worker", extra="")
+    worker = optional_module("nw.jobs.worker", "the worker", extra="")
     return int(worker.serve(args) or 0)
 
 
@@ -121,10 +121,10 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     url = args.database_url or os.environ.get("NW_JOBS_DATABASE_URL")
     if not url:
         raise UserError("db migrate needs --database-url or NW_JOBS_DATABASE_URL")
-    postgres = _optional_module("nw.jobs.stores.postgres", "db migrate", extra="postgres")
+    postgres = optional_module("nw.jobs.stores.postgres", "db migrate", extra="postgres")
     applied = postgres.migrate(url)
     if applied:
-        _console().print("applied: " + ", ".join(applied))
+        make_console().print("applied: " + ", ".join(applied))
     else:
-        _console().print("the schema is up to date")
+        make_console().print("the schema is up to date")
     return EXIT_OK

@@ -9,7 +9,7 @@ from nw.cli import budget
 from nw.cli.common import (
     PROJECT_ENV,
     TOKEN_ENV,
-    _age,
+    parse_age,
 )
 from nw.cli.demo import cmd_demo
 from nw.cli.jobs import cmd_cancel, cmd_enqueue, cmd_list, cmd_retry, cmd_show, cmd_watch
@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         [one, as_json],
     )
     p.add_argument(
-        "--older-than", type=_age, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m"
+        "--older-than", type=parse_age, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m"
     )
     p.add_argument("--dry-run", action="store_true", help="only count what would be pruned")
     p.add_argument(

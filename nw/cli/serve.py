@@ -19,9 +19,9 @@ from nw.cli.common import (
     EXIT_OK,
     TOKEN_ENV,
     UserError,
-    _console,
-    _import_modules,
-    _projects,
+    import_modules,
+    make_console,
+    projects_from,
 )
 
 PORTS = range(1, 65536)
@@ -51,8 +51,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"--host {args.host} serves the network: give a token (--token or ${TOKEN_ENV}),"
             f" or say {UNGUARDED_FLAG}"
         )
-    projects = _projects(args)
-    _import_modules(args.imports or ())
+    projects = projects_from(args)
+    import_modules(args.imports or ())
     _backend_usable()
     # Bound to loopback, only a loopback name may reach it: a page on another
     # site cannot DNS-rebind its way to the API.
@@ -64,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     closing = app.state.closing
     _port_free(args.host, args.port)
-    console = _console(stderr=True)
+    console = make_console(stderr=True)
     console.print(
         f"nw-jobs tray on {where} for {', '.join(str(p.root) for p in projects)}", soft_wrap=True
     )

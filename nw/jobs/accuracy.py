@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.handles import ProjectLike, reader
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.project import as_project
 
@@ -99,7 +99,7 @@ def cost_accuracy(
         raise InvalidValue(f"by must be one of {', '.join(BY)}, got {by!r}")
     if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
         raise InvalidType(f"since must be epoch seconds or None, not {type(since).__name__}")
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     if store is None or not hasattr(store, "quoted_and_billed"):
         return []
     rows = store.quoted_and_billed(since=float(since or 0.0), kind=None, limit=MAX_RUNS)

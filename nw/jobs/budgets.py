@@ -38,7 +38,7 @@ from typing import Any
 
 from nw.errors import ApprovalRequired, InvalidType, InvalidValue
 from nw.jobs import costing
-from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.handles import ProjectLike, reader
 from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.stores import shared_store
 from nw.project import as_project
@@ -358,7 +358,7 @@ def remove_budget(
 ) -> bool:
     """Remove the budget of that scope and window; False when there was none."""
     key = Budget(0.0, _check_per(per), _check_name(actor, "actor"), _check_name(kind, "kind")).key
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     if store is None or not any(r["budget_key"] == key for r in store.budgets()):
         return False
     store = shared_store(as_project(project), config, create=True)
@@ -372,7 +372,7 @@ def list_budgets(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -
     window: actuals plus live estimates), ``remaining_usd``,
     ``is_lower_bound``, ``window_start`` / ``window_end`` (epoch seconds, None
     for all time) and ``scope`` (``"database"`` or ``"project"``)."""
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     policy = policy_of(store)
     now = config.clock()
     out = []
@@ -423,7 +423,7 @@ def set_approval(
 def get_approval(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dict[str, Any]:
     """The approval policy in force: ``{threshold_usd, mode, stored}`` (``stored``
     False: none is kept, the config's threshold and advisory mode apply)."""
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     approval = store.approval() if store is not None and hasattr(store, "approval") else None
     policy = policy_of(store)
     return {

@@ -107,7 +107,7 @@ def check_params(params: Mapping[str, Any]) -> None:
                 stack.append((value, (where, "[", key), depth + 1))
 
 
-def _actor(actor: Any) -> dict[str, str] | None:
+def check_actor(actor: Any) -> dict[str, str] | None:
     if actor is None:
         return None
     if isinstance(actor, str):
@@ -120,7 +120,7 @@ def _actor(actor: Any) -> dict[str, str] | None:
     raise InvalidType("actor must be an id string or a mapping with 'id' (and 'handle')")
 
 
-def _could_name_a_job(job_id: object) -> bool:
+def could_name_a_job(job_id: object) -> bool:
     """False for a string that cannot be one of our ids: the seed's reads answer
     "unknown" for it, and it never reaches a path, a store or SQL."""
     if not isinstance(job_id, str):
@@ -128,7 +128,7 @@ def _could_name_a_job(job_id: object) -> bool:
     return ids.is_job_id(job_id)
 
 
-def _check_status(status: str | Status | None) -> str | None:
+def check_status(status: str | Status | None) -> str | None:
     if status is None:
         return None
     try:
@@ -138,7 +138,7 @@ def _check_status(status: str | Status | None) -> str | None:
         raise InvalidValue(f"unknown status {status!r}; one of: {valid}") from None
 
 
-def _check_priority(priority: Any) -> int:
+def check_priority(priority: Any) -> int:
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidType(f"priority must be an int, not {type(priority).__name__}")
     if not -1_000_000 <= priority <= 1_000_000:
@@ -146,7 +146,7 @@ def _check_priority(priority: Any) -> int:
     return priority
 
 
-def _check_not_before(when: Any) -> float | None:
+def check_not_before(when: Any) -> float | None:
     """Epoch seconds of a delay (an aware datetime or a number), or None."""
     if when is None:
         return None
@@ -164,20 +164,20 @@ def _check_not_before(when: Any) -> float | None:
 GRADES = ("ok", "notice", "warning", "error")
 
 
-def _check_grade(grade: str | None) -> str | None:
+def check_grade(grade: str | None) -> str | None:
     if grade is None or grade in GRADES:
         return grade
     raise InvalidValue(f"unknown grade {grade!r}; one of: {', '.join(GRADES)}")
 
 
-def _check_text(value: str | None, name: str, max_chars: int = MAX_NAME_CHARS) -> str | None:
+def check_text(value: str | None, name: str, max_chars: int = MAX_NAME_CHARS) -> str | None:
     """A filter: None or empty is no filter; else as ``check_name``."""
     if value is None or value == "":
         return None
     return check_name(value, name, max_chars)
 
 
-def _check_limit(limit: int) -> int:
+def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidValue(f"limit must be an int from 1 to 10000, got {limit!r}")
     return limit

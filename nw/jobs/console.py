@@ -16,9 +16,9 @@ from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
 from nw.jobs import budgets, eta, ids, kinds, limits, liveness, outcome, recovery
-from nw.jobs.checks import _check_text, _could_name_a_job
+from nw.jobs.checks import check_text, could_name_a_job
 from nw.jobs.costing import Quote, quote_for
-from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.handles import ProjectLike, reader
 from nw.jobs.model import DEFAULT_CONFIG, RUNNER_WORKER, Job, JobsConfig
 from nw.jobs.records import JobRow, new_record, to_job
 from nw.jobs.stores import shared_store
@@ -46,10 +46,10 @@ def retry_job(
     the cost gate of ``enqueue`` (``BudgetExceeded`` before anything is
     written). ``InvalidValue`` for a live or succeeded job, or one whose body
     only exists in the process that enqueued it; None if unknown."""
-    if not _could_name_a_job(job_id):
+    if not could_name_a_job(job_id):
         return None
     proj = as_project(project)
-    store, _ = _reader(proj, config)
+    store, _ = reader(proj, config)
     if store is None:
         return None
     row = store.get(job_id)
@@ -73,10 +73,10 @@ def retry_jobs(
     refused whole, never half-queued), then each job as it is created."""
     if status not in RETRYABLE:
         raise InvalidValue(f"status must be one of {', '.join(RETRYABLE)}, got {status!r}")
-    kind = _check_text(kind, "kind")
+    kind = check_text(kind, "kind")
     after = _epoch(since, "since")
     proj = as_project(project)
-    store, _ = _reader(proj, config)
+    store, _ = reader(proj, config)
     if store is None:
         return []
     rows = [
@@ -260,7 +260,7 @@ def totals(
     at = config.clock() if at is None else at
     today = datetime.fromtimestamp(at, tz=UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     week = today - timedelta(days=6)
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     rows = store.spend_since(since=week.timestamp(), today=today.timestamp()) if store else []
     counts = store.counts() if store else []
     spent = {"today": _spend([r for r in rows if r["today"]]), "week": _spend(rows)}
@@ -302,7 +302,7 @@ def workers(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> lis
     (``liveness.worker_alive``: silent past ``worker_stale_s`` while others
     beat, or proved gone; listed for ``LOST_KEPT_S`` after its last beat, then
     left out). Live first, then by start."""
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     if store is None:
         return []
     now = config.clock()
@@ -360,7 +360,7 @@ def metrics(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dic
     from nw.jobs.spending import spend
 
     proj = as_project(project)
-    store, _ = _reader(proj, config)
+    store, _ = reader(proj, config)
     live: dict[str, dict[str, int]] = {}
     durations: dict[str, dict[str, Any]] = {}
     finished: dict[tuple[str, str], int] = {}

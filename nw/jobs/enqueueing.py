@@ -27,16 +27,16 @@ from nw.jobs import (
 from nw.jobs.body import Launch
 from nw.jobs.checks import (
     MAX_KEY_CHARS,
-    _actor,
-    _check_not_before,
-    _check_priority,
+    check_actor,
     check_label,
     check_name,
+    check_not_before,
     check_params,
+    check_priority,
     derived_label,
 )
 from nw.jobs.costing import quote_for
-from nw.jobs.handles import ProjectLike, _runtime
+from nw.jobs.handles import ProjectLike, writer
 from nw.jobs.model import (
     ACTIVE_STATUSES,
     DEFAULT_CONFIG,
@@ -45,7 +45,7 @@ from nw.jobs.model import (
     Job,
     JobsConfig,
 )
-from nw.jobs.reads import _worker
+from nw.jobs.reads import worker_seen
 from nw.jobs.records import JobRow, new_record, to_job
 from nw.jobs.runtime import Runtime
 from nw.jobs.stores import shared_store
@@ -96,9 +96,9 @@ def _prepare(
         raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
     check_name(kind, "kind")
     label = check_label(label)
-    who = _actor(actor)
-    priority = _check_priority(priority)
-    due = _check_not_before(not_before)
+    who = check_actor(actor)
+    priority = check_priority(priority)
+    due = check_not_before(not_before)
     params = ids.check_json_params(costing.with_plan_dict(params))
     check_params(params)
     units = ids.check_units(params)
@@ -236,7 +236,7 @@ def enqueue(
     existing = shared_store(proj, config, create=False)
     quote.gate(existing, approved=approved, config=config, job_id=job_id)
     quote.gate_actor(existing, who, approved=approved, config=config, job_id=job_id, now=now)
-    rt = _runtime(proj, config) if fn is not None else None
+    rt = writer(proj, config) if fn is not None else None
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
     plan = eta.eta_plan(item.params, item.units, config)
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
@@ -276,7 +276,7 @@ def enqueue(
         except BaseException as exc:  # e.g. the runtime is shutting down
             _fail_unlaunched(store, row, exc, config)
             raise
-    worker = None if created else _worker(store, row)
+    worker = None if created else worker_seen(store, row)
     return to_job(row, config.clock(), config, worker)
 
 
@@ -398,7 +398,7 @@ def enqueue_many(
             existing,
         )
     local = any(prepared[n].fn is not None for n in unique)
-    rt = _runtime(proj, config) if local else None
+    rt = writer(proj, config) if local else None
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
     plans = [eta.eta_plan(prepared[n].params, prepared[n].units, config) for n in unique]
     keys = list(dict.fromkeys(key for plan in plans for key in eta.sample_keys(plan)))

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from nw.jobs.accuracy import cost_accuracy
 from nw.jobs.budgets import get_approval, list_budgets, remove_budget, set_approval, set_budget
-from nw.jobs.checks import GRADES, _could_name_a_job
+from nw.jobs.checks import GRADES, could_name_a_job
 from nw.jobs.enqueueing import enqueue, enqueue_many
-from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.handles import ProjectLike, reader
 from nw.jobs.limit_settings import list_limits, set_limit
 from nw.jobs.model import DEFAULT_CONFIG, Job, JobsConfig
 from nw.jobs.reads import (
-    _worker,
     cursor_of,
     get_job,
     get_job_progress,
@@ -24,6 +23,7 @@ from nw.jobs.reads import (
     snapshot,
     stores_to_reap,
     summarize,
+    worker_seen,
 )
 from nw.jobs.records import to_job
 from nw.jobs.spending import estimate, spend
@@ -62,10 +62,10 @@ def cancel_job(
     project: ProjectLike, job_id: str, *, config: JobsConfig = DEFAULT_CONFIG
 ) -> Job | None:
     """Request cancellation; idempotent; None if unknown; a finished job is untouched."""
-    if not _could_name_a_job(job_id):
+    if not could_name_a_job(job_id):
         return None
     proj = as_project(project)
-    store, rt = _reader(proj, config)
+    store, rt = reader(proj, config)
     if store is None:
         return None
     row = store.request_cancel(job_id, now=config.clock())
@@ -73,4 +73,4 @@ def cancel_job(
         return None
     if rt is not None:
         rt.local_cancel(job_id)
-    return to_job(row, config.clock(), config, _worker(store, row))
+    return to_job(row, config.clock(), config, worker_seen(store, row))

@@ -16,12 +16,12 @@ from nw.project import Project
 ProjectLike = Project | str | os.PathLike[str]
 
 
-def _runtime(project: Project, config: JobsConfig) -> Runtime:
+def writer(project: Project, config: JobsConfig) -> Runtime:
     key = store_location(project, config)
     return runtime_for(key, lambda: shared_store(project, config, create=True), config)
 
 
-def _reader(project: Project, config: JobsConfig) -> tuple[JobStore | None, LocalRuntimes | None]:
+def reader(project: Project, config: JobsConfig) -> tuple[JobStore | None, LocalRuntimes | None]:
     """This process's handle on the project's store (None if it has none) and
     the runtime when this process runs bodies for it."""
     store = shared_store(project, config, create=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nw.jobs import limits
-from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.handles import ProjectLike, reader
 from nw.jobs.model import (
     DEFAULT_CONFIG,
     JobsConfig,
@@ -43,7 +43,7 @@ def list_limits(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) ->
     """Every limit the project's workers honour: ``key``, ``max_running``,
     ``per_second``, ``running`` (jobs of the key running now, database-wide on
     PostgreSQL), ``started_last_s``, ``scope`` (``"database"`` or ``"project"``)."""
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     if store is None:
         return []
     return [

@@ -13,8 +13,8 @@ from typing import Any
 
 from nw.errors import InvalidValue
 from nw.jobs import eta, limits, liveness, queue_view, recovery, waits
-from nw.jobs.checks import _check_grade, _check_limit, _check_status, _check_text, _could_name_a_job
-from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.checks import check_grade, check_limit, check_status, check_text, could_name_a_job
+from nw.jobs.handles import ProjectLike, reader
 from nw.jobs.journal import FINISHING_HINT
 from nw.jobs.model import (
     ACTIVE_STATUSES,
@@ -35,9 +35,9 @@ def get_job(
 ) -> Job | None:
     """One job, or None if unknown (any string that cannot name a job is
     unknown). Reaps a job whose worker is gone."""
-    if not _could_name_a_job(job_id):
+    if not could_name_a_job(job_id):
         return None
-    store, rt = _reader(as_project(project), config)
+    store, rt = reader(as_project(project), config)
     if store is None:
         return None
     row = store.get(job_id)
@@ -64,13 +64,13 @@ def list_jobs(
     so passing the last id of a page walks the whole history, ``limit`` at a
     time. Raises ``InvalidValue`` for a bad filter, or a ``before`` that names
     no job of the project."""
-    status = _check_status(status)
-    limit = _check_limit(limit)
-    grade = _check_grade(grade)
+    status = check_status(status)
+    limit = check_limit(limit)
+    grade = check_grade(grade)
     kind, actor, q = (
-        _check_text(v, name) for v, name in ((kind, "kind"), (actor, "actor"), (q, "q"))
+        check_text(v, name) for v, name in ((kind, "kind"), (actor, "actor"), (q, "q"))
     )
-    store, rt = _reader(as_project(project), config)
+    store, rt = reader(as_project(project), config)
     if store is None:
         return []
     cursor = _cursor(store, before)
@@ -100,9 +100,9 @@ def cursor_of(
 ) -> tuple[float, str] | None:
     """The ``(created_at, job_id)`` cursor of a job of ``project`` (None if it has
     no such job): what a page merged across projects continues after in each."""
-    if not _could_name_a_job(job_id):
+    if not could_name_a_job(job_id):
         return None
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     row = store.get(job_id) if store is not None else None
     return None if row is None else (float(row.record["created_at"]), job_id)
 
@@ -114,7 +114,7 @@ def _cursor(store: JobStore, before: str | tuple[float, str] | None) -> tuple[fl
         return None
     if isinstance(before, tuple):
         return float(before[0]), str(before[1])
-    if not _could_name_a_job(before):
+    if not could_name_a_job(before):
         raise InvalidValue(f"before must be a job id (64 hex characters), got {before!r}")
     row = store.get(before)
     if row is None:
@@ -130,10 +130,10 @@ def get_job_progress(
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> list[dict[str, Any]]:
     """The job's progress trail (ts, pct, message, stage), oldest first; empty if unknown."""
-    if not _could_name_a_job(job_id):
+    if not could_name_a_job(job_id):
         return []
-    store, _ = _reader(as_project(project), config)
-    return [] if store is None else store.progress(job_id, limit=_check_limit(limit))
+    store, _ = reader(as_project(project), config)
+    return [] if store is None else store.progress(job_id, limit=check_limit(limit))
 
 
 def summarize(
@@ -146,7 +146,7 @@ def summarize(
 ) -> list[Job]:
     """This project's jobs without touching it: creates nothing, reaps nothing,
     caches nothing; [] for a project that never ran a job."""
-    status, limit = _check_status(status), _check_limit(limit)
+    status, limit = check_status(status), check_limit(limit)
     store = open_store(as_project(project_root), config, create=False)
     if store is None:
         return []
@@ -215,7 +215,7 @@ def stores_to_reap(
     (for a ``reaper.ReaperThread``: a server keeps its projects reaped)."""
     out = []
     for proj in projects:
-        store, rt = _reader(as_project(proj), config)
+        store, rt = reader(as_project(proj), config)
         if store is not None:
             out.append((store, rt.holds if rt is not None else (lambda _id: False)))
     return out
@@ -318,7 +318,7 @@ def _workers_for(store: JobStore, rows: list[JobRow]) -> recovery.Workers:
     return recovery.workers_seen(store) if live else {}
 
 
-def _worker(store: JobStore, row: JobRow) -> Any:
+def worker_seen(store: JobStore, row: JobRow) -> Any:
     """The job's worker process as the store announces it (None for a finished job)."""
     if row.status not in ACTIVE_STATUSES:
         return None

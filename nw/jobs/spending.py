@@ -10,7 +10,7 @@ from nw.errors import InvalidType
 from nw.jobs import accuracy, budgets, costing, ids
 from nw.jobs.checks import check_name, check_params
 from nw.jobs.costing import quote_for
-from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.handles import ProjectLike, reader
 from nw.jobs.model import (
     DEFAULT_CONFIG,
     JobsConfig,
@@ -52,7 +52,7 @@ def estimate(
     proj = as_project(project)
     quote = quote_for(proj, kind, dict(params), config, for_estimate=True)
     out = quote.as_estimate(config)
-    store, _ = _reader(proj, config)  # the stored policy and the kind's recent bills
+    store, _ = reader(proj, config)  # the stored policy and the kind's recent bills
     policy = budgets.policy_of(store)
     threshold = policy.threshold(config)
     needs = policy.requires_approval(quote.estimated_usd, config)
@@ -79,7 +79,7 @@ def spend(
     job's estimate is unknown: the real total may be higher (and
     ``remaining_usd`` lower). ``budgets``: the stored budgets that count it,
     each as ``list_budgets`` shows it (spent of cap in its own window)."""
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     if actor is None:
         totals = store.spend() if store is not None else costing.NO_SPEND
         return {**costing.spend_view(totals, config), "budgets": _stored(project, None, config)}

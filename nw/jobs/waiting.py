@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs.handles import ProjectLike, _reader
+from nw.jobs.handles import ProjectLike, reader
 from nw.jobs.model import DEFAULT_CONFIG, Job, JobsConfig
 from nw.jobs.reads import get_job
 from nw.jobs.records import to_dict
@@ -85,7 +85,7 @@ def check_timeout(timeout: float | None) -> float | None:
 
 def store_of(project: ProjectLike, job_id: str, config: JobsConfig) -> JobStore:
     """The store a job lives in (this process's handle), or ``InvalidValue``."""
-    store, _ = _reader(as_project(project), config)
+    store, _ = reader(as_project(project), config)
     if store is None:
         raise InvalidValue(f"no job {job_id!r} in this project (it has no jobs)")
     return store

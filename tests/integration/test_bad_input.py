@@ -67,7 +67,7 @@ def test_a_string_that_cannot_name_a_job_is_unknown_before_any_store_sees_it(
         raise AssertionError(f"the store was opened for {bad!r}")
 
     for module in (facade, reads):  # where get_job, cancel_job and the progress read open it
-        monkeypatch.setattr(module, "_reader", no_store)
+        monkeypatch.setattr(module, "reader", no_store)
     assert jobs.get_job(project, bad) is None
     assert jobs.cancel_job(project, bad) is None
     assert jobs.get_job_progress(project, bad) == []

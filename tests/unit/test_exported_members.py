@@ -106,6 +106,7 @@ def test_all_is_exactly_the_public_surface():
         "spending",
         "status",
         "storable",
+        "tracing",
         "stores",
         "waiting",
         "waits",
