@@ -25,16 +25,7 @@ from nw.cli.ops import (
 from nw.cli.serve import cmd_serve
 from nw.jobs.worker_cli import DESCRIPTION as WORKER_DESCRIPTION
 from nw.jobs.worker_cli import add_arguments as add_worker_arguments
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
-    return value
+from nw.jobs.worker_cli import positive_int
 
 
 def _positive_float(text: str) -> float:
@@ -99,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--before", metavar="ID", help="the page after this job (the id a full page ends with)"
     )
-    p.add_argument("--limit", type=_positive_int, default=20, help="at most N jobs (20)")
+    p.add_argument("--limit", type=positive_int, default=20, help="at most N jobs (20)")
 
     p = add("show", cmd_show, "one job in detail", [one, as_json])
     p.add_argument("id", help="job id (or a unique prefix of one)")
@@ -206,11 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("summarize", cmd_summarize, "jobs of several projects, read-only", [one, as_json])
     p.add_argument("roots", nargs="*", metavar="ROOT", help="project folders (default: --project)")
     p.add_argument("--status", help="only jobs with this status")
-    p.add_argument("--limit", type=_positive_int, default=20, help="at most N jobs per project")
+    p.add_argument("--limit", type=positive_int, default=20, help="at most N jobs per project")
 
     p = add("serve", cmd_serve, "serve the web tray and the JSON API", [many])
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1)")
-    p.add_argument("--port", type=_positive_int, default=8765, help="port (8765)")
+    p.add_argument("--port", type=positive_int, default=8765, help="port (8765)")
     p.add_argument("--token", help=f"require this bearer token (default: ${TOKEN_ENV})")
     p.add_argument(
         "--allow-network-without-token",
@@ -225,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="import MODULE first (it registers kinds POST /api/jobs may start)",
     )
     p.add_argument(
-        "--max-body-bytes", type=_positive_int, default=64 * 1024, help="request body limit"
+        "--max-body-bytes", type=positive_int, default=64 * 1024, help="request body limit"
     )
 
     add_worker_arguments(add("worker", cmd_worker, WORKER_DESCRIPTION, []))

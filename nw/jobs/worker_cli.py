@@ -28,7 +28,8 @@ CONFIG_FLAGS = {
 """Each flag that sets a ``JobsConfig`` field (the namespace's name -> the field)."""
 
 
-def _at_least_one(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (the CLI's too)."""
     try:
         value = int(text)
     except ValueError:
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         " nw.jobs.kinds entry points; the current folder is searched)",
     )
     parser.add_argument(
-        "--max-concurrent", type=_at_least_one, metavar="N", help="bodies at once (10)"
+        "--max-concurrent", type=positive_int, metavar="N", help="bodies at once (10)"
     )
     parser.add_argument(
         "--database-url",
