@@ -147,7 +147,7 @@ def double(project, params):
 jobs.register_kind("check.double", "wheel_check_kinds:double")
 PY
 export NW_JOBS_DATABASE_URL="$db_url"
-mkdir -p "$run/pgproject"
+nw-jobs init --project "$run/pgproject" || fail "nw-jobs init"
 job="$(nw-jobs enqueue check.double --params '{"n": 21}' --import wheel_check_kinds \
   --project "$run/pgproject" --json | python -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')" ||
   fail "nw-jobs enqueue"
