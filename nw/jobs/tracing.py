@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 try:  # the `otel` extra
     from opentelemetry import propagate, trace
@@ -65,13 +66,14 @@ def span(
         yield current
 
 
-def traced(name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+def traced(name: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
     """Run the decorated call in a span ``name``, annotated with the job (or
-    jobs) it returns."""
+    jobs) it returns. The call keeps its signature (a type checker still
+    reads ``enqueue``'s parameters)."""
 
-    def wrap(fn: Callable[..., T]) -> Callable[..., T]:
+    def wrap(fn: Callable[P, T]) -> Callable[P, T]:
         @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> T:
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
             if trace is None:
                 return fn(*args, **kwargs)
             with span(name) as current:
