@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +91,18 @@ def postgres_rows(project) -> str:
             for table in ("jobs", "progress", "durations", "runners")
         ]
     return "\n".join(parts)
+
+
+def stored_jobs(project, cfg) -> int:
+    """How many jobs the project has, counted in the store itself (not through
+    the API a test is checking)."""
+    if cfg.database_url:
+        return postgres_job_count(project)
+    path = Path(project.root) / cfg.jobs_dirname / "jobs.sqlite3"
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
 
 
 def postgres_job_count(project) -> int:

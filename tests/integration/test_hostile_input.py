@@ -10,9 +10,7 @@ itself). On PostgreSQL none of it reaches the database (no 503 with SQL context)
 from __future__ import annotations
 
 import json
-import sqlite3
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +18,7 @@ from nw import jobs
 from nw.errors import InvalidInput
 from nw.jobs.checks import MAX_DEPTH, MAX_KEY_CHARS, MAX_LABEL_CHARS, MAX_NAME_CHARS
 from nw.jobs.ids import MAX_UNITS
-from tests.conftest import postgres_job_count
+from tests.conftest import stored_jobs
 
 pytest.importorskip("starlette")
 with warnings.catch_warnings():  # newer Starlette nudges towards httpx2; httpx still works
@@ -99,17 +97,6 @@ def registered_kind():
     jobs.register_kind(KIND, "tests.integration.test_hostile_input:registered_body")
     yield
     jobs.kinds.unregister_kind(KIND)
-
-
-def stored_jobs(project, cfg) -> int:
-    """How many jobs the project has, counted in the store itself."""
-    if cfg.database_url:
-        return postgres_job_count(project)
-    path = Path(project.root) / cfg.jobs_dirname / "jobs.sqlite3"
-    if not path.exists():
-        return 0
-    with sqlite3.connect(path) as conn:
-        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
 
 
 def call(project, cfg, fields: dict):

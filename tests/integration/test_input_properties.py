@@ -8,9 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import sqlite3
 import warnings
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
@@ -18,7 +16,7 @@ from hypothesis import strategies as st
 
 from nw import jobs
 from nw.errors import InvalidInput
-from tests.conftest import postgres_job_count
+from tests.conftest import stored_jobs
 
 pytest.importorskip("starlette")
 with warnings.catch_warnings():  # newer Starlette nudges towards httpx2; httpx still works
@@ -97,16 +95,6 @@ def registered_kind():
     jobs.register_kind(KIND, "tests.integration.test_input_properties:registered_body")
     yield
     jobs.kinds.unregister_kind(KIND)
-
-
-def stored_jobs(project, cfg) -> int:
-    if cfg.database_url:
-        return postgres_job_count(project)
-    path = Path(project.root) / cfg.jobs_dirname / "jobs.sqlite3"
-    if not path.exists():
-        return 0
-    with sqlite3.connect(path) as conn:
-        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
 
 
 def shown_safely(job: dict) -> None:
