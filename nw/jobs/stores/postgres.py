@@ -105,7 +105,7 @@ log = logging.getLogger("nw.jobs")
 #: statement was in flight (the database and the worker each below 60% of a
 #: core); a second lane for any lone finish made batches of 1-2 jobs, each
 #: paying a statement's fixed cost. Measured in alternating no-op drains
-#: (README, Performance).
+#: (misc/bench/PERFORMANCE.md).
 FINISH_LANES, FINISH_CROWD = 2, 4
 
 _LIVE = ("queued", "running", "cancelling")
