@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -31,7 +30,6 @@ from typing import Any, TypeVar
 from nw.jobs import facade, waiting
 from nw.jobs.handles import ProjectLike
 from nw.jobs.model import DEFAULT_CONFIG, Job, JobsConfig
-from nw.jobs.records import to_dict
 
 T = TypeVar("T")
 
@@ -98,7 +96,7 @@ async def watch(
     until (and including) the state it ends in."""
     last: dict[str, Any] | None = None
     async for job in _followed(project, job_id, timeout, config, every=waiting.WATCH_PROGRESS_S):
-        seen = {k: v for k, v in to_dict(job).items() if k not in waiting.VOLATILE_FIELDS}
+        seen = waiting.what_changes(job)
         if seen != last or job.is_terminal:
             last = seen
             yield job
@@ -126,12 +124,9 @@ async def _followed(
             yield job
             if job.is_terminal:
                 return
-            left = math.inf if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"job {job_id} had not ended after {limit:g} s")
-            pause = every if job.status.value in ("running", "cancelling") else waiting.RECHECK_S
+            pause = waiting.pause_after(job, limit, deadline, every)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(signal.wait(), min(left, pause))
+                await asyncio.wait_for(signal.wait(), pause)
     finally:
         unsubscribe()
 

@@ -66,10 +66,16 @@ def watch(
     ``timeout`` seconds, and ``InvalidValue`` when the project has no such job."""
     last: dict[str, Any] | None = None
     for job in _followed(project, job_id, timeout, config, every=WATCH_PROGRESS_S):
-        seen = {k: v for k, v in to_dict(job).items() if k not in VOLATILE_FIELDS}
+        seen = what_changes(job)
         if seen != last or job.is_terminal:
             last = seen
             yield job
+
+
+def what_changes(job: Job) -> dict[str, Any]:
+    """The job as ``watch`` compares it: its JSON without the fields that move
+    with the clock alone."""
+    return {k: v for k, v in to_dict(job).items() if k not in VOLATILE_FIELDS}
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -114,10 +120,16 @@ def _followed(
             yield job
             if job.is_terminal:
                 return
-            left = math.inf if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"job {job_id} had not ended after {limit:g} s")
-            pause = every if job.status.value in ("running", "cancelling") else RECHECK_S
-            signal.wait(min(left, pause))
+            signal.wait(pause_after(job, limit, deadline, every))
     finally:
         unsubscribe()
+
+
+def pause_after(job: Job, limit: float | None, deadline: float | None, every: float) -> float:
+    """How long a follower of an unfinished ``job`` sleeps before reading it
+    again (a signal may wake it first): ``every`` while it runs, ``RECHECK_S``
+    otherwise, never past the deadline; ``TimeoutError`` once that has passed."""
+    left = math.inf if deadline is None else deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"job {job.job_id} had not ended after {limit:g} s")
+    return min(left, every if job.status.value in ("running", "cancelling") else RECHECK_S)
