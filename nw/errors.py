@@ -31,7 +31,7 @@ for params that are not JSON, ``ValueError`` for malformed ``units``), so
 The tree lives here, beneath both ``nw.project`` / ``nw.plans`` /
 ``nw.pricing`` and ``nw.jobs``, because importing anything under ``nw.jobs``
 runs that package's facade, which imports ``nw.project``: a lower module
-cannot import its errors from ``nw.jobs`` without a cycle. ``nw.jobs.errors``
+cannot import its errors from ``nw.jobs`` without a cycle. ``nw.jobs.core.errors``
 re-exports it all and is where the job API documents it.
 """
 

@@ -19,7 +19,7 @@ def noop(project, params):
 register_kind("bench.noop", "bench_bodies:noop")
 
 
-def start_workers(project, n, extra=(), module="nw.jobs.worker"):
+def start_workers(project, n, extra=(), module="nw.jobs.execution.worker"):
     """``n`` real worker processes on ``project`` (quiet; ``extra`` CLI flags),
     running this checkout's ``nw``: started in its root, which ``python -m``
     puts first on the path (the current folder would come before

@@ -61,7 +61,7 @@ def drain(root: Path, url: str, n_jobs: int, n_workers: int, narrow: bool = Fals
         prepare(url)
     done_sql = "SELECT count(*) FROM nw_jobs.jobs WHERE project_id = %s AND au_status = 'completed'"
     with psycopg.connect(url, autocommit=True) as watch:
-        module = "narrow_worker" if narrow else "nw.jobs.worker"
+        module = "narrow_worker" if narrow else "nw.jobs.execution.worker"
         procs = start_workers(project, n_workers, ["--database-url", url], module=module)
         pids = [p.pid for p in procs]
         for pid in pids:  # `python -m` runs the `nw` of the folder it starts in

@@ -50,13 +50,13 @@ from typing import Any
 import numpy as np
 from au import ComputationResult, ComputationStatus
 
-from nw.jobs import eta
-from nw.jobs.learning import DurationLearningMiddleware
-from nw.jobs.limits import Limit
-from nw.jobs.model import JobsConfig
-from nw.jobs.records import JobRow, new_record, to_job
+from nw.jobs.core import eta
+from nw.jobs.core.limits import Limit
+from nw.jobs.core.model import JobsConfig
+from nw.jobs.core.records import JobRow, new_record, to_job
+from nw.jobs.core.waits import Running, plan_starts
+from nw.jobs.execution.learning import DurationLearningMiddleware
 from nw.jobs.stores.sqlite import SqliteJobStore
-from nw.jobs.waits import Running, plan_starts
 
 CONFIG = JobsConfig()
 # model, operation, output kind, base median seconds (for a 5 s clip when video), reporter

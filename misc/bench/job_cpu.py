@@ -47,8 +47,8 @@ from au import ComputationStatus  # noqa: E402
 
 import nw  # noqa: E402
 from nw import jobs  # noqa: E402
-from nw.jobs import kinds, outcome  # noqa: E402
-from nw.jobs.body import Launch, run_attempt  # noqa: E402
+from nw.jobs.core import kinds, outcome  # noqa: E402
+from nw.jobs.execution.body import Launch, run_attempt  # noqa: E402
 from nw.jobs.stores import open_store  # noqa: E402
 from nw.jobs.stores.base import Refill  # noqa: E402
 from nw.jobs.stores.pg_schema import migrate  # noqa: E402
@@ -153,7 +153,7 @@ def statement_half(project, config, rounds: int, profile: bool) -> float:
 
 
 def launch_half(project, config, rounds: int, profile: bool) -> float:
-    from nw.jobs.worker import Worker
+    from nw.jobs.execution.worker import Worker
 
     n = 100
     jobs.enqueue_many(project, [("bench.noop", {"i": i}) for i in range(n)], config=config)

@@ -41,6 +41,6 @@ def patch_store() -> None:
 
 if __name__ == "__main__":
     patch_store()
-    from nw.jobs.worker import main
+    from nw.jobs.execution.worker import main
 
     sys.exit(main(sys.argv[1:]))

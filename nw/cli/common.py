@@ -90,7 +90,7 @@ def _existing(root: str):
 def resolve_id(project, text: str) -> str:
     """A full job id, or a unique prefix of one (``list`` shows 12 characters)."""
     from nw.jobs import DEFAULT_CONFIG
-    from nw.jobs.ids import is_job_id
+    from nw.jobs.core.ids import is_job_id
     from nw.jobs.stores import open_store
 
     text = text.strip().lower()

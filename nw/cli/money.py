@@ -55,7 +55,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from nw.jobs import estimate
-    from nw.jobs.kinds import registered_kinds
+    from nw.jobs.core.kinds import registered_kinds
 
     project = project_from(args)
     import_modules(args.imports or ())
@@ -68,7 +68,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         )
     if params.get("plan") is not None:
         from nw.errors import PlanError
-        from nw.jobs.costing import with_plan_dict
+        from nw.jobs.api.costing import with_plan_dict
 
         try:
             with_plan_dict(params)

@@ -1,5 +1,5 @@
 """Operating subcommands: ``workers``, ``prune``, ``summarize``, ``worker``
-(delegates to ``nw.jobs.worker``) and ``db migrate``."""
+(delegates to ``nw.jobs.execution.worker``) and ``db migrate``."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    worker = optional_module("nw.jobs.worker", "the worker", extra="")
+    worker = optional_module("nw.jobs.execution.worker", "the worker", extra="")
     return int(worker.serve(args) or 0)
 
 

@@ -23,9 +23,9 @@ from nw.cli.ops import (
     cmd_workers,
 )
 from nw.cli.serve import cmd_serve
-from nw.jobs.worker_cli import DESCRIPTION as WORKER_DESCRIPTION
-from nw.jobs.worker_cli import add_arguments as add_worker_arguments
-from nw.jobs.worker_cli import positive_int
+from nw.jobs.execution.worker_cli import DESCRIPTION as WORKER_DESCRIPTION
+from nw.jobs.execution.worker_cli import add_arguments as add_worker_arguments
+from nw.jobs.execution.worker_cli import positive_int
 
 
 def _positive_float(text: str) -> float:

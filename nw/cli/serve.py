@@ -104,7 +104,7 @@ def _url_host(host: str) -> str:
 def _backend_usable() -> None:
     """A database URL that cannot work (not postgresql://, or the postgres extra not
     installed) is one line now, not a traceback from the app's reaper later."""
-    from nw.jobs.model import DEFAULT_CONFIG
+    from nw.jobs.core.model import DEFAULT_CONFIG
     from nw.jobs.stores import database_url, postgres_opener
 
     if database_url(DEFAULT_CONFIG):

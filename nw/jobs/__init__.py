@@ -6,7 +6,7 @@ The public surface is exactly ``__all__`` (pinned by a test).
 import typing as _typing
 from importlib import import_module as _import_module
 
-from nw.jobs.errors import (
+from nw.jobs.core.errors import (
     ApprovalRequired,
     BudgetExceeded,
     ConfigError,
@@ -20,10 +20,9 @@ from nw.jobs.errors import (
     UnknownKind,
     error_kind_of,
 )
-from nw.jobs.eta import predict_total_s
-from nw.jobs.kinds import register_kind
-from nw.jobs.learning import DurationLearningMiddleware
-from nw.jobs.model import (
+from nw.jobs.core.eta import predict_total_s
+from nw.jobs.core.kinds import register_kind
+from nw.jobs.core.model import (
     CANCELLED,
     CANCELLING,
     DEFAULT_CONFIG,
@@ -43,7 +42,8 @@ from nw.jobs.model import (
     JobsConfig,
     Status,
 )
-from nw.jobs.records import to_dict
+from nw.jobs.core.records import to_dict
+from nw.jobs.execution.learning import DurationLearningMiddleware
 
 # The facade and the console (and what only they need: pricing, plans, the
 # cost gate, the operator's reads) are imported on first use of one of their
@@ -53,8 +53,8 @@ from nw.jobs.records import to_dict
 _CONSOLE = frozenset({"prune", "retry_job", "retry_jobs", "totals", "workers"})
 
 if _typing.TYPE_CHECKING:  # what a type checker sees of the names imported on first use
-    from nw.jobs.console import prune, retry_job, retry_jobs, totals, workers
-    from nw.jobs.facade import (
+    from nw.jobs.api.console import prune, retry_job, retry_jobs, totals, workers
+    from nw.jobs.api.facade import (
         cancel_job,
         cost_accuracy,
         enqueue,
@@ -80,7 +80,7 @@ if _typing.TYPE_CHECKING:  # what a type checker sees of the names imported on f
 
 def __getattr__(name: str) -> object:
     if name in __all__:
-        module = "nw.jobs.console" if name in _CONSOLE else "nw.jobs.facade"
+        module = "nw.jobs.api.console" if name in _CONSOLE else "nw.jobs.api.facade"
         value = getattr(_import_module(module), name)
         globals()[name] = value
         return value

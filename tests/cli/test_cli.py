@@ -12,8 +12,8 @@ import pytest
 
 import nw
 from nw.jobs import JobRefused, enqueue, get_job
-from nw.jobs.kinds import register_kind, unregister_kind
-from nw.jobs.runtime import shutdown_runtimes
+from nw.jobs.core.kinds import register_kind, unregister_kind
+from nw.jobs.execution.runtime import shutdown_runtimes
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -278,7 +278,10 @@ def test_db_migrate_passes_the_url(monkeypatch):
 def test_worker_and_db_say_what_is_wrong_in_one_line(project):
     bad = nw_jobs("worker", "--project", str(project.root), "--max-concurrent", "0")
     assert bad.returncode == 2  # our own parser checks what it declares
-    for command in (("nw.cli", "worker"), ("nw.jobs.worker",)):  # the CLI, and what it runs
+    for command in (
+        ("nw.cli", "worker"),
+        ("nw.jobs.execution.worker",),
+    ):  # the CLI, and what it runs
         level = subprocess.run(
             [sys.executable, "-m", *command, "--project", str(project.root), "--log-level", "loud"],
             env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -1,4 +1,4 @@
-"""One worker parser: ``nw-jobs worker`` and ``python -m nw.jobs.worker`` read
+"""One worker parser: ``nw-jobs worker`` and ``python -m nw.jobs.execution.worker`` read
 the same flags into the same namespace, and the CLI hands it over as it is."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from nw import cli
 from nw.cli.parser import build_parser
-from nw.jobs import worker, worker_cli
+from nw.jobs.execution import worker, worker_cli
 
 EVERY_FLAG = [
     "--project", "a", "--project", "b",
@@ -74,12 +74,12 @@ def test_both_worker_entry_points_declare_the_same_flags_with_the_same_help():
 def test_the_cli_hands_the_worker_its_namespace_and_its_exit_code(monkeypatch):
     # Given a worker module that records what it is given
     seen = []
-    fake = types.ModuleType("nw.jobs.worker")
+    fake = types.ModuleType("nw.jobs.execution.worker")
     fake.serve = lambda args: seen.append(args) or 7  # a code only the worker can give
-    monkeypatch.setitem(sys.modules, "nw.jobs.worker", fake)
+    monkeypatch.setitem(sys.modules, "nw.jobs.execution.worker", fake)
     # When the CLI runs it with every flag
     assert cli.main(["worker", *EVERY_FLAG]) == 7
-    # Then it got the namespace python -m nw.jobs.worker would have read
+    # Then it got the namespace python -m nw.jobs.execution.worker would have read
     (args,) = seen
     assert _own(args) == vars(worker_cli.build_parser().parse_args(EVERY_FLAG))
     # And a flag the worker does not declare is a usage error, not passed on
@@ -103,7 +103,15 @@ def test_a_worker_on_a_folder_that_is_not_a_project_refuses_in_one_line(tmp_path
     folder = tmp_path / "typo"
     folder.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "nw.jobs.worker", "--project", str(folder), "--import", "json"],
+        [
+            sys.executable,
+            "-m",
+            "nw.jobs.execution.worker",
+            "--project",
+            str(folder),
+            "--import",
+            "json",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

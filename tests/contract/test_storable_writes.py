@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from au import ComputationStatus
 
-from nw.jobs.storable import REPLACED_FIELD, REPLACEMENT
+from nw.jobs.core.storable import REPLACED_FIELD, REPLACEMENT
 from tests.contract.test_store_contract import T0, queued
 
 R = REPLACEMENT

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 import pytest
 from au import ComputationResult, ComputationStatus
 
-from nw.jobs.errors import JobStoreError
-from nw.jobs.status import job_status
+from nw.jobs.core.errors import JobStoreError
+from nw.jobs.core.status import job_status
 from nw.jobs.stores.base import Refill
 
 T0 = 1_700_000_000.0
@@ -840,8 +840,8 @@ def test_the_status_store_is_an_au_computation_store(store):
 
 def test_the_runtime_backend_reads_status_through_the_status_view(store):
     # Given a runtime on the store (its au backend's ComputationStore is store.status)
-    from nw.jobs.model import JobsConfig
-    from nw.jobs.runtime import Runtime
+    from nw.jobs.core.model import JobsConfig
+    from nw.jobs.execution.runtime import Runtime
 
     (a,) = queued(store)
     rt = Runtime(store, JobsConfig())
@@ -891,7 +891,7 @@ def test_a_read_only_handle_refuses_writes(store, reader):
 
 # ----- history: pages, attempts, prune, totals, metrics ------------------------------------
 def test_the_grade_filter_agrees_with_to_job_for_every_ending(store):
-    from nw.jobs.records import outcome_of
+    from nw.jobs.core.records import outcome_of
 
     # Given one job for every way a job can end (and a live one)
     endings = [

@@ -61,7 +61,7 @@ def test_malformed_units_are_a_valueerror_in_enqueue_and_estimate(project, units
 def test_a_string_that_cannot_name_a_job_is_unknown_before_any_store_sees_it(
     project, bad, monkeypatch
 ):
-    from nw.jobs import facade, reads
+    from nw.jobs.api import facade, reads
 
     def no_store(*_args, **_kwargs):
         raise AssertionError(f"the store was opened for {bad!r}")
@@ -107,7 +107,7 @@ def test_a_corrupt_record_reads_as_failed_and_the_rest_keeps_working(project, sq
 def test_a_corrupt_store_file_is_a_clear_error_naming_it(project, sqlite_cfg):
     cfg = sqlite_cfg  # overwrites the SQLite file itself
     jobs.enqueue(project, "r", {}, dispatch=OK, config=cfg)
-    from nw.jobs.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtime import shutdown_runtimes
     from nw.jobs.stores import close_shared_stores
 
     shutdown_runtimes(wait=True)

@@ -13,7 +13,7 @@ import pytest
 
 from nw import jobs
 from nw.jobs import ApprovalRequired, BudgetExceeded
-from nw.jobs.budgets import Budget, window
+from nw.jobs.api.budgets import Budget, window
 from tests.helpers import wait_until
 
 
@@ -44,7 +44,7 @@ def kind():
     name = f"b{uuid.uuid4().hex[:10]}"
     jobs.register_kind(name, _fails)
     yield name
-    from nw.jobs.kinds import unregister_kind
+    from nw.jobs.core.kinds import unregister_kind
 
     unregister_kind(name)
 

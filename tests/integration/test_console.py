@@ -138,8 +138,8 @@ def test_an_idle_worker_reads_live_and_a_killed_one_lost(project, cfg):
 def test_a_killed_worker_stays_listed_lost_after_a_reaper_judged_it(project, cfg):
     from dataclasses import replace
 
-    from nw.jobs import liveness
-    from nw.jobs.reaper import Reaper
+    from nw.jobs.core import liveness
+    from nw.jobs.execution.reaper import Reaper
     from nw.jobs.stores import shared_store
 
     job = jobs.enqueue(project, "t.noop", {"i": 1}, config=cfg)

@@ -569,7 +569,7 @@ def test_the_budget_is_checked_again_inside_the_create_under_a_forced_collision(
     import contextlib
     import threading
 
-    from nw.jobs.costing import Quote
+    from nw.jobs.api.costing import Quote
 
     real_gate = Quote.gate
     passed_outside = threading.Barrier(2, timeout=30)

@@ -18,7 +18,7 @@ import pytest
 
 import nw
 from nw.jobs import JobsConfig, set_limit
-from nw.jobs.kinds import unregister_kind
+from nw.jobs.core.kinds import unregister_kind
 from tests.conftest import BACKENDS, purge_postgres_project, require_postgres
 from tests.integration.workers import stop
 

@@ -16,8 +16,8 @@ import pytest
 
 from nw import jobs
 from nw.errors import InvalidInput
-from nw.jobs.checks import MAX_DEPTH, MAX_KEY_CHARS, MAX_LABEL_CHARS, MAX_NAME_CHARS
-from nw.jobs.ids import MAX_UNITS
+from nw.jobs.core.checks import MAX_DEPTH, MAX_KEY_CHARS, MAX_LABEL_CHARS, MAX_NAME_CHARS
+from nw.jobs.core.ids import MAX_UNITS
 from tests.conftest import stored_jobs
 
 pytest.importorskip("starlette")

@@ -10,9 +10,9 @@ import contextlib
 import pytest
 
 from nw import jobs
-from nw.jobs.kinds import unregister_kind
-from nw.jobs.runtime import Runtime
-from nw.jobs.worker import Worker
+from nw.jobs.core.kinds import unregister_kind
+from nw.jobs.execution.runtime import Runtime
+from nw.jobs.execution.worker import Worker
 from tests.fixtures import bodies, policy_kinds
 from tests.helpers import wait_until
 from tests.integration.workers import start_worker, stop, stored_record

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from nw import jobs
-from nw.jobs import recovery
+from nw.jobs.execution import recovery
 from nw.jobs.stores import shared_store
 from tests.helpers import python_process, wait_until
 
@@ -100,7 +100,7 @@ def test_a_body_past_its_time_limit_is_reported_and_cancelled_when_allowed(proje
     assert overdue.status == jobs.RUNNING  # reported, not stopped
     gate.release.set()
     wait_until(lambda: jobs.get_job(project, job.job_id, config=report).is_terminal)
-    from nw.jobs.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtime import shutdown_runtimes
 
     shutdown_runtimes()
     stopping = jobs.JobsConfig(

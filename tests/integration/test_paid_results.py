@@ -28,9 +28,9 @@ from collections import Counter
 import pytest
 
 from nw import jobs
-from nw.jobs import console
-from nw.jobs.journal import DIRNAME, FINISHING_HINT, journal_dir
-from nw.jobs.storable import REPLACED_FIELD, REPLACEMENT
+from nw.jobs.api import console
+from nw.jobs.core.storable import REPLACED_FIELD, REPLACEMENT
+from nw.jobs.execution.journal import DIRNAME, FINISHING_HINT, journal_dir
 from tests.fixtures import paid_results
 from tests.helpers import wait_until
 from tests.integration.workers import ROOT, start_worker, stop, stored_record
@@ -118,7 +118,7 @@ FAULTY_WORKER = """
         return real(self, job_id, **kw)
 
     SqliteJobStore.finish = finish
-    from nw.jobs.worker import main
+    from nw.jobs.execution.worker import main
     sys.exit(main(sys.argv[1:]))
 """
 
@@ -336,7 +336,7 @@ def test_a_real_full_disk_refuses_the_finish_until_space_returns(tmp_path):
     finally:
         if worker is not None:
             stop(worker)
-        from nw.jobs.runtime import shutdown_runtimes
+        from nw.jobs.execution.runtime import shutdown_runtimes
         from nw.jobs.stores import close_shared_stores
 
         shutdown_runtimes(wait=False)
@@ -418,8 +418,8 @@ def test_a_secret_in_a_result_is_scrubbed_before_it_is_stored(cfg, project, tmp_
 
 
 def test_a_secrets_providers_failure_is_logged_by_type_without_its_text(project, caplog):
-    from nw.jobs.body import Launch
-    from nw.jobs.worker import Worker
+    from nw.jobs.execution.body import Launch
+    from nw.jobs.execution.worker import Worker
 
     def provider(kind, params):
         raise RuntimeError(f"vault said no to {SECRET}")

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 
 from nw import jobs
-from nw.jobs.errors import JobStoreError
+from nw.jobs.core.errors import JobStoreError
 from tests.conftest import POSTGRES_URL, purge_postgres_project, require_postgres
 from tests.fixtures import bodies
 from tests.helpers import wait_until

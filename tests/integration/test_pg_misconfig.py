@@ -103,7 +103,7 @@ def test_which_connection_errors_are_misconfiguration(message, permanent):
 
 
 def test_a_misconfiguration_is_found_before_any_pool_is_made(monkeypatch):
-    from nw.jobs.errors import JobStoreError
+    from nw.jobs.core.errors import JobStoreError
     from nw.jobs.stores import pg_database, pg_pool
 
     monkeypatch.setenv("NW_JOBS_PG_RETRY_S", "600")

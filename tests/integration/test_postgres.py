@@ -14,7 +14,7 @@ import pytest
 
 import nw
 from nw import jobs
-from nw.jobs.errors import JobStoreError
+from nw.jobs.core.errors import JobStoreError
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.contract.test_store_contract import record
 
@@ -29,7 +29,7 @@ def pg_url():
 @pytest.fixture
 def fresh_db(pg_url):
     """The URL of a new, empty database (dropped afterwards)."""
-    from nw.jobs.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtime import shutdown_runtimes
     from nw.jobs.stores import close_shared_stores
     from nw.jobs.stores.postgres import close_pools
 
@@ -314,7 +314,7 @@ def test_a_store_shows_its_url_without_the_password(pg_url):
 
 # ----- driver errors, classified by type ---------------------------------------------------------
 def test_an_unreachable_database_and_a_refused_statement_are_told_apart_by_type(pg_url):
-    from nw.jobs.errors import JobStoreUnreachable
+    from nw.jobs.core.errors import JobStoreUnreachable
     from nw.jobs.stores.postgres import PostgresJobStore
 
     # An unreachable database: JobStoreUnreachable (a JobStoreError) once retries are spent
@@ -381,7 +381,7 @@ def test_a_refill_whose_statement_fails_is_answered_with_no_rows(two_queued):
         clock=lambda: 1_800_000_001.0,
     )
     # When its finish is one PostgreSQL refuses (a time that is not a number;
-    # a NUL no longer is one: stores replace it, nw/jobs/storable.py)
+    # a NUL no longer is one: stores replace it, nw/jobs/core/storable.py)
     with pytest.raises(JobStoreError):
         store.finish(
             row.record["job_id"],
@@ -492,7 +492,7 @@ def test_every_pooled_connection_walks_indexes_and_never_compiles(pg_url):
 
 
 def test_what_lost_claims_took_is_read_until_it_is_put_back(two_queued, monkeypatch):
-    from nw.jobs.errors import JobStoreUnreachable
+    from nw.jobs.core.errors import JobStoreUnreachable
 
     store, first, second = two_queued
     now = 1_800_000_000.0

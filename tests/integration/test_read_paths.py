@@ -6,7 +6,8 @@ from pathlib import Path
 
 import nw
 from nw import jobs
-from nw.jobs import runtime, stores
+from nw.jobs import stores
+from nw.jobs.execution import runtime
 from tests.helpers import wait_until
 
 

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from nw import jobs
-from nw.jobs import tracing
+from nw.jobs.api import tracing
 from nw.jobs.stores import shared_store
 from tests.fixtures import bodies
 from tests.helpers import REPO, wait_until
@@ -118,7 +118,7 @@ import sys
 sys.modules["opentelemetry"] = None  # as if the extra were not installed
 import json, nw
 from nw import jobs
-from nw.jobs import tracing
+from nw.jobs.api import tracing
 from nw.jobs.stores import shared_store
 project = nw.Project.init(sys.argv[1])
 job = jobs.enqueue(project, "r", {}, dispatch={"r": lambda project, params: {"ok": 1}})

@@ -17,9 +17,9 @@ import pytest
 
 from nw import jobs
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs import aio, waiting
-from nw.jobs.model import JobsConfig
-from nw.jobs.runtime import shutdown_runtimes
+from nw.jobs.api import aio, waiting
+from nw.jobs.core.model import JobsConfig
+from nw.jobs.execution.runtime import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
 from tests.conftest import purge_postgres_project, require_postgres
 from tests.fixtures import bodies

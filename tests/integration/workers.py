@@ -21,7 +21,7 @@ def start_worker(
     args = [
         sys.executable,
         "-m",
-        "nw.jobs.worker",
+        "nw.jobs.execution.worker",
         "--project",
         str(project.root),
         "--import",

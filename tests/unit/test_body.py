@@ -8,11 +8,11 @@ from concurrent.futures import Future
 import pytest
 
 from nw.jobs import JobCancelled, JobRefused
-from nw.jobs import body as body_module
-from nw.jobs.body import Launch, run_attempt
-from nw.jobs.model import JobsConfig
-from nw.jobs.outcome import backoff_delay
-from nw.jobs.records import attempt_in_run, to_job
+from nw.jobs.core.model import JobsConfig
+from nw.jobs.core.outcome import backoff_delay
+from nw.jobs.core.records import attempt_in_run, to_job
+from nw.jobs.execution import body as body_module
+from nw.jobs.execution.body import Launch, run_attempt
 
 ID = "b" * 64
 

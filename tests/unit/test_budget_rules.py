@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nw.errors import ApprovalRequired, BudgetExceeded, InvalidInput
-from nw.jobs.budgets import Budget, Policy, budget_of, check_approval, gate_stored, window
-from nw.jobs.costing import Quote
-from nw.jobs.model import JobsConfig
+from nw.jobs.api.budgets import Budget, Policy, budget_of, check_approval, gate_stored, window
+from nw.jobs.api.costing import Quote
+from nw.jobs.core.model import JobsConfig
 
 
 def ts(*args):

@@ -10,8 +10,9 @@ import pytest
 import nw
 import nw.errors as errors
 from nw import plans, pricing, project
-from nw.jobs import errors as job_errors
-from nw.jobs import facade, ids, kinds
+from nw.jobs.api import facade
+from nw.jobs.core import errors as job_errors
+from nw.jobs.core import ids, kinds
 
 DEFINED = [
     cls

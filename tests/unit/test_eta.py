@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nw.jobs import eta
-from nw.jobs.eta import ESTIMATING, TAKING_LONGER, predict_total_s, project_eta
-from nw.jobs.model import JobsConfig
+from nw.jobs.core import eta
+from nw.jobs.core.eta import ESTIMATING, TAKING_LONGER, predict_total_s, project_eta
+from nw.jobs.core.model import JobsConfig
 
 CFG = JobsConfig()
 PLAIN = JobsConfig(recency_half_life=None, change_z=None)  # window statistics, no drift

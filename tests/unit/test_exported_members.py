@@ -138,8 +138,8 @@ def test_every_public_name_resolves_and_a_worker_imports_neither_facade_nor_cons
     for name in nw.jobs.__all__:  # the lazily imported ones too
         assert getattr(nw.jobs, name) is not None, name
     code = (
-        "import sys, nw.jobs.worker; "
-        "sys.exit(sorted({'nw.jobs.facade', 'nw.jobs.console'} & set(sys.modules)) or 0)"
+        "import sys, nw.jobs.execution.worker; "
+        "sys.exit(sorted({'nw.jobs.api.facade', 'nw.jobs.api.console'} & set(sys.modules)) or 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr  # a worker starts without them

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nw.jobs import events, ids
+from nw.jobs.core import events, ids
 from tests import helpers
 
 json_values = helpers.json_values()

@@ -8,9 +8,9 @@ import threading
 
 from au import ComputationStatus
 
-from nw.jobs import outcome
-from nw.jobs.errors import JobStoreError
-from nw.jobs.journal import Finishing
+from nw.jobs.core import outcome
+from nw.jobs.core.errors import JobStoreError
+from nw.jobs.execution.journal import Finishing
 from tests.helpers import wait_until
 
 DECIDED = outcome.Outcome(

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from nw.jobs import kinds
+from nw.jobs.core import kinds
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from nw import plans
-from nw.jobs import ids
+from nw.jobs.core import ids
 
 PROJECT, KIND = "proj-1", "render"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from au import ComputationResult, ComputationStatus
 
-from nw.jobs import eta
-from nw.jobs.body import Launch, run_attempt
-from nw.jobs.facade import enqueue, estimate
-from nw.jobs.learning import DurationLearningMiddleware, samples_to_learn
-from nw.jobs.model import JobsConfig
-from nw.jobs.records import new_record
+from nw.jobs.api.facade import enqueue, estimate
+from nw.jobs.core import eta
+from nw.jobs.core.model import JobsConfig
+from nw.jobs.core.records import new_record
+from nw.jobs.execution.body import Launch, run_attempt
+from nw.jobs.execution.learning import DurationLearningMiddleware, samples_to_learn
 from nw.jobs.stores.sqlite import SqliteJobStore
 
 SPECIFIC = ["flux|t2i|0-4s", "flux|t2i"]

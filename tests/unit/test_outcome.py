@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 from au import ComputationStatus
 
-from nw.jobs.model import REAPED_REASON, JobsConfig
-from nw.jobs.outcome import Ended, Ending, RetryPolicy, backoff_delay, decide
-from nw.jobs.records import attempt_in_run
+from nw.jobs.core.model import REAPED_REASON, JobsConfig
+from nw.jobs.core.outcome import Ended, Ending, RetryPolicy, backoff_delay, decide
+from nw.jobs.core.records import attempt_in_run
 
 NOW = 1_700_000_000.0
 RETRY3 = RetryPolicy(retryable=True, max_attempts=3, backoff_s=2.0)
@@ -337,7 +337,7 @@ def test_a_success_reads_every_declared_stage_done():
 
 
 def test_a_requeued_job_s_queue_wait_counts_from_its_requeue_not_its_creation():
-    from nw.jobs.records import JobRow, to_job
+    from nw.jobs.core.records import JobRow, to_job
 
     # Given a job created at T, whose first attempt ran 10 s and was lost at T+11,
     # and whose second attempt started at T+14

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from nw.jobs import procs
+from nw.jobs.execution import procs
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.skipif(procs.scope() is None, reason="needs Linux /proc")
@@ -42,7 +42,7 @@ def test_nothing_is_proved_about_another_pid_space_or_an_incomplete_record():
 
 def test_the_predicate_takes_the_proof_and_the_silence_of_the_worker():
     from nw.jobs import JobsConfig
-    from nw.jobs.liveness import WorkerSeen, should_reap, worker_responsive
+    from nw.jobs.core.liveness import WorkerSeen, should_reap, worker_responsive
 
     config = JobsConfig()  # the defaults: job beat 20/120 s, worker beat 1/6 s
     now = 1000.0
@@ -62,7 +62,7 @@ def test_the_predicate_takes_the_proof_and_the_silence_of_the_worker():
 
 def test_silence_counts_only_while_the_others_were_heard():
     from nw.jobs import JobsConfig
-    from nw.jobs.liveness import WorkerSeen, worker_responsive
+    from nw.jobs.core.liveness import WorkerSeen, worker_responsive
 
     config, now = JobsConfig(), 1000.0
     rec = {"heartbeat_at": now - 15, "started_at": now - 30, "runner_id": "w"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from nw.jobs import recovery
-from nw.jobs.model import JobsConfig
-from nw.jobs.reaper import Reaper, RunnersRead
-from nw.jobs.records import attempt_in_run
+from nw.jobs.core.model import JobsConfig
+from nw.jobs.core.records import attempt_in_run
+from nw.jobs.execution import recovery
+from nw.jobs.execution.reaper import Reaper, RunnersRead
 from tests.unit.conftest import T0, a_record
 
 ID = "c" * 64

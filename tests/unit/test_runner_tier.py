@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nw.jobs import liveness
-from nw.jobs.liveness import WorkerSeen
-from nw.jobs.model import RUNNER_INPROC, RUNNER_WORKER, JobsConfig
+from nw.jobs.core import liveness
+from nw.jobs.core.liveness import WorkerSeen
+from nw.jobs.core.model import RUNNER_INPROC, RUNNER_WORKER, JobsConfig
 
 CFG = JobsConfig(heartbeat_interval_s=1.0, heartbeat_stale_s=10.0)
 NOW = 1_000.0

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from nw.jobs.model import REAPED_REASON, Status
-from nw.jobs.status import CANCELLED_AFTER_RETURN, cancelled_error, grade, job_status
+from nw.jobs.core.model import REAPED_REASON, Status
+from nw.jobs.core.status import CANCELLED_AFTER_RETURN, cancelled_error, grade, job_status
 
 
 @pytest.mark.parametrize(

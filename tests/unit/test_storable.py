@@ -1,4 +1,4 @@
-"""The one rule for text no store keeps (nw/jobs/storable.py)."""
+"""The one rule for text no store keeps (nw/jobs/core/storable.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nw.jobs.storable import REPLACED_FIELD, REPLACEMENT, storable, storable_finish
+from nw.jobs.core.storable import REPLACED_FIELD, REPLACEMENT, storable, storable_finish
 from tests.helpers import json_values
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nw.errors import InvalidInput
-from nw.jobs import limits, waits
-from nw.jobs.limits import Limit
+from nw.jobs.core import limits, waits
+from nw.jobs.core.limits import Limit
 
 
 def test_a_limit_key_is_a_string_a_template_or_a_callable():
@@ -95,9 +95,9 @@ def test_worker_slots_count_live_workers_only():
 
 
 def _queued_row(confidence="learned"):
-    from nw.jobs import eta
-    from nw.jobs.model import JobsConfig
-    from nw.jobs.records import JobRow, new_record
+    from nw.jobs.core import eta
+    from nw.jobs.core.model import JobsConfig
+    from nw.jobs.core.records import JobRow, new_record
 
     config = JobsConfig()
     plan = eta.EtaPlan(("k|video",), "video", None, False)
@@ -119,7 +119,7 @@ def _queued_row(confidence="learned"):
 
 
 def test_a_queued_jobs_eta_counts_its_wait():
-    from nw.jobs.records import to_job
+    from nw.jobs.core.records import to_job
 
     row, config = _queued_row()
     alone = to_job(row, 1000.0, config)

@@ -12,13 +12,13 @@ import pytest
 from au import ComputationStatus
 
 from nw import jobs
-from nw.jobs.body import Launch
-from nw.jobs.errors import JobStoreUnreachable
-from nw.jobs.outcome import Ended, Ending, RetryPolicy, decide
-from nw.jobs.reaper import Reaper, RunnersRead
-from nw.jobs.runtime import beat_rest
+from nw.jobs.core.errors import JobStoreUnreachable
+from nw.jobs.core.outcome import Ended, Ending, RetryPolicy, decide
+from nw.jobs.execution.body import Launch
+from nw.jobs.execution.reaper import Reaper, RunnersRead
+from nw.jobs.execution.runtime import beat_rest
+from nw.jobs.execution.worker import Worker
 from nw.jobs.stores import open_store
-from nw.jobs.worker import Worker
 from tests.conftest import purge_postgres_project, require_postgres
 from tests.helpers import wait_until
 
@@ -132,7 +132,7 @@ def test_the_stop_log_counts_every_job_put_back(project, worker, clock, caplog):
         worker._launches[f"{n:064x}"] = launch
         worker._released(f"{n:064x}")
     assert worker.stopped_back == 1  # the launch that ended otherwise is not counted
-    with caplog.at_level(logging.INFO, logger="nw.jobs.worker"):
+    with caplog.at_level(logging.INFO, logger="nw.jobs.execution.worker"):
         assert worker._drain() == 0
     assert "1 job(s) requeued (1 stopped at a boundary, 0 still running" in caplog.text
 
@@ -486,7 +486,7 @@ def test_a_workers_body_thread_is_free_before_its_finish_commits_but_not_its_slo
 def test_an_in_process_body_thread_waits_for_its_commit_before_the_next_job_starts(
     project, clock, monkeypatch
 ):
-    from nw.jobs.runtime import Runtime
+    from nw.jobs.execution.runtime import Runtime
     from nw.jobs.stores.postgres import PostgresJobStore
     from tests.contract.test_store_contract import record
 
@@ -632,7 +632,7 @@ def test_a_beat_that_rode_a_claim_ends_an_outage_so_the_next_failure_is_logged(
         def logged() -> int:
             return sum(r.getMessage() == "heartbeat failed" for r in caplog.records)
 
-        with caplog.at_level(logging.ERROR, logger="nw.jobs.runtime"):
+        with caplog.at_level(logging.ERROR, logger="nw.jobs.execution.runtime"):
             wait_until(lambda: len(tries) >= 3, what="three failed beats")
             assert logged() == 1  # once per outage, not once a beat
             # When a claim carries a beat that the store answers

@@ -21,7 +21,7 @@ with warnings.catch_warnings():  # newer Starlette nudges towards httpx2; httpx 
 import nw
 from nw import errors as nw_errors
 from nw.jobs import JobRefused, enqueue, get_job
-from nw.jobs.kinds import register_kind, unregister_kind
+from nw.jobs.core.kinds import register_kind, unregister_kind
 from nw.jobs.web import create_app
 from tests.helpers import wait_until
 
@@ -419,7 +419,7 @@ def test_unknown_routes_and_methods_answer_json(client):
 
 
 def test_an_internal_error_is_a_bare_500(project, monkeypatch):
-    from nw.jobs import facade
+    from nw.jobs.api import facade
 
     def boom(*args, **kwargs):
         raise RuntimeError("secret internals at /srv/app.py line 12")
@@ -439,7 +439,7 @@ def test_an_internal_error_is_a_bare_500(project, monkeypatch):
 )
 def test_a_builtin_error_from_inside_is_a_500_never_a_400(project, monkeypatch, raised):
     # Given a bug deep inside that happens to raise what bad input used to raise
-    from nw.jobs import facade
+    from nw.jobs.api import facade
 
     def bug(*args, **kwargs):
         raise raised
@@ -465,7 +465,7 @@ def test_a_builtin_error_from_inside_is_a_500_never_a_400(project, monkeypatch, 
     ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
 )
 def test_each_error_type_has_its_status(project, monkeypatch, raised, status, shown):
-    from nw.jobs import facade
+    from nw.jobs.api import facade
 
     def fails(*args, **kwargs):
         raise raised

@@ -115,7 +115,7 @@ def test_the_page_formats_costs_and_etas_like_the_terminal(browser, project):
 def test_tray_says_what_holds_a_queued_job(browser, project):
     pytest.importorskip("uvicorn")
     from nw.jobs import register_kind, set_limit
-    from nw.jobs.kinds import unregister_kind
+    from nw.jobs.core.kinds import unregister_kind
     from nw.jobs.web import create_app
     from tests.web.server import serving
 

@@ -16,7 +16,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from nw import jobs
-from nw.jobs.kinds import register_kind, unregister_kind
+from nw.jobs.core.kinds import register_kind, unregister_kind
 from nw.jobs.web import create_app
 from tests.helpers import wait_until
 

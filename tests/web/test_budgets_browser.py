@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from nw import jobs
-from nw.jobs.kinds import register_kind, unregister_kind
-from nw.jobs.model import JobsConfig
+from nw.jobs.core.kinds import register_kind, unregister_kind
+from nw.jobs.core.model import JobsConfig
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow

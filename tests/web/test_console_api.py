@@ -18,7 +18,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from nw.jobs import enqueue, get_job
-from nw.jobs.kinds import register_kind, unregister_kind
+from nw.jobs.core.kinds import register_kind, unregister_kind
 from nw.jobs.web import create_app
 from tests.helpers import wait_until
 

@@ -14,8 +14,8 @@ import socket
 import pytest
 
 from nw.jobs import cancel_job, enqueue, get_job, list_jobs
-from nw.jobs.kinds import register_kind, unregister_kind
-from nw.jobs.model import JobsConfig
+from nw.jobs.core.kinds import register_kind, unregister_kind
+from nw.jobs.core.model import JobsConfig
 from tests.fixtures.bodies import Crawl
 from tests.helpers import wait_until
 from tests.integration.workers import start_worker, stop

@@ -14,9 +14,10 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from nw.jobs import cancel_job, enqueue, facade, get_job
-from nw.jobs.model import DEFAULT_CONFIG
-from nw.jobs.runtime import shutdown_runtimes
+from nw.jobs import cancel_job, enqueue, get_job
+from nw.jobs.api import facade
+from nw.jobs.core.model import DEFAULT_CONFIG
+from nw.jobs.execution.runtime import shutdown_runtimes
 from nw.jobs.stores import open_store
 from nw.jobs.web import create_app, routes_summary
 from nw.jobs.web.page_cache import PageCache

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import pytest
 
 from nw.jobs import DEFAULT_CONFIG, enqueue, get_job
-from nw.jobs.kinds import register_kind, unregister_kind
+from nw.jobs.core.kinds import register_kind, unregister_kind
 from tests.helpers import wait_until
 from tests.web.test_hostile_web import jobs_state
 

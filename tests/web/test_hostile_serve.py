@@ -22,8 +22,9 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from nw.jobs import JobsConfig, enqueue, facade, get_job
-from nw.jobs.kinds import register_kind, unregister_kind
+from nw.jobs import JobsConfig, enqueue, get_job
+from nw.jobs.api import facade
+from nw.jobs.core.kinds import register_kind, unregister_kind
 from nw.jobs.stores import close_shared_stores, shared_store
 from tests.cli.test_cli import REPO, nw_jobs, one_line_error
 from tests.helpers import wait_until

@@ -26,7 +26,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from nw.jobs import JobsConfig, enqueue, get_job, list_jobs
-from nw.jobs.kinds import register_kind, unregister_kind
+from nw.jobs.core.kinds import register_kind, unregister_kind
 from nw.jobs.web import create_app
 from nw.jobs.web.inputs import MAX_JSON_DEPTH
 from nw.jobs.web.security import SECURITY_HEADERS

@@ -1,6 +1,6 @@
 """Rows stored before the door refused lone surrogates still read over HTTP.
 
-The door (``nw/jobs/checks.py``) now refuses a lone surrogate, but a project
+The door (``nw/jobs/core/checks.py``) now refuses a lone surrogate, but a project
 file written by an older release may hold one. Starlette's JSON answer
 encodes to UTF-8, which cannot carry it: the page of jobs, the snapshot and
 the job itself answered 500 for the whole project. Now such text is written
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nw import jobs
-from nw.jobs.runtime import shutdown_runtimes
+from nw.jobs.execution.runtime import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
 from tests.helpers import wait_until
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal, overload
 
 from nw.errors import ConfigError, InvalidSetting
-from nw.jobs.model import JobsConfig
+from nw.jobs.core.model import JobsConfig
 from nw.jobs.stores.base import JobStore
 from nw.project import Project
 

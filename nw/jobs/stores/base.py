@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from au import ComputationResult, ComputationStatus, ComputationStore
 
-from nw.jobs.limits import Limit, NotYet
-from nw.jobs.records import JobRow
-from nw.jobs.storable import storable_finish
+from nw.jobs.core.limits import Limit, NotYet
+from nw.jobs.core.records import JobRow
+from nw.jobs.core.storable import storable_finish
 
 if TYPE_CHECKING:
     from nw.jobs.stores.index_view import IndexView
@@ -99,7 +99,7 @@ class JobStore(ABC):
     every project in the ``database``."""
     budget_scope: str = "project"
     """Whose spend a stored budget counts: the project's, or (PostgreSQL) every
-    project's in the ``database`` (see nw/jobs/budgets.py)."""
+    project's in the ``database`` (see nw/jobs/api/budgets.py)."""
     refill: Refill | None = None
     """Set by a worker; a store that cannot fold claims into its finishes
     (the embedded store: a claim there is no round trip) ignores it."""
@@ -357,7 +357,7 @@ class JobStore(ABC):
 
     @abstractmethod
     def budgets(self) -> list[dict[str, Any]]:
-        """The stored budgets' rows (``nw.jobs.budgets``)."""
+        """The stored budgets' rows (``nw.jobs.api.budgets``)."""
 
     @abstractmethod
     def set_budget(
@@ -452,7 +452,7 @@ class StatusView(ComputationStore):
         self._store = store
 
     def create_key(self) -> str:
-        raise TypeError("job ids come from nw.jobs.ids.job_id_for, not the status store")
+        raise TypeError("job ids come from nw.jobs.core.ids.job_id_for, not the status store")
 
     def get_reconstruction_info(self) -> dict[str, Any]:
         return {"class": type(self._store).__name__}
@@ -543,7 +543,7 @@ def actor_id_of(record: Mapping[str, Any]) -> str | None:
 def rollup_rows(rows: Iterable[JobRow]) -> list[dict[str, Any]]:
     """What pruned jobs carried, folded per UTC day, kind, actor, status and grade
     (what a store adds to its rollup before it deletes them)."""
-    from nw.jobs.records import outcome_of
+    from nw.jobs.core.records import outcome_of
 
     out: dict[tuple[str, ...], dict[str, Any]] = {}
     for row in rows:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from nw.jobs.errors import JobStoreError, JobStoreUnreachable
+from nw.jobs.core.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.stores.pg_pool import pool_for
 from nw.jobs.stores.pg_secrets import display, install_log_filter, register_secret, scrub
 

@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from nw.jobs.execution.wake import WakeListener
 from nw.jobs.stores.pg_database import Database
-from nw.jobs.wake import WakeListener
 
 
 class PgWakeListener:

@@ -17,7 +17,7 @@ from importlib import resources
 import psycopg
 from psycopg import sql
 
-from nw.jobs.errors import JobStoreError
+from nw.jobs.core.errors import JobStoreError
 from nw.jobs.stores.pg_database import Conn, Database
 
 log = logging.getLogger("nw.jobs")

@@ -64,10 +64,10 @@ from au import ComputationResult, ComputationStatus
 from psycopg.types.json import Jsonb
 
 from nw.canonical import stored_json
-from nw.jobs import limits
-from nw.jobs.errors import JobStoreError, JobStoreUnreachable
-from nw.jobs.records import JobRow
-from nw.jobs.storable import storable, storable_fields
+from nw.jobs.core import limits
+from nw.jobs.core.errors import JobStoreError, JobStoreUnreachable
+from nw.jobs.core.records import JobRow
+from nw.jobs.core.storable import storable, storable_fields
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
@@ -1052,7 +1052,7 @@ class PostgresJobStore(JobStore):
         if not self._exec("put_status", args, lambda cur: cur.rowcount):
             raise KeyError(f"no job {job_id!r} in this store")
 
-    # ----- spend policy (nw/jobs/budgets.py) -----------------------------------------
+    # ----- spend policy (nw/jobs/api/budgets.py) -----------------------------------------
     budget_scope = "database"  # the budgets count every project of the database
 
     def budgets(self) -> list[dict[str, Any]]:

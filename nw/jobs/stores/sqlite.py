@@ -29,11 +29,12 @@ from typing import Any
 from au import ComputationResult, ComputationStatus
 
 from nw.canonical import stored_json
-from nw.jobs import limits
-from nw.jobs.errors import JobStoreError
-from nw.jobs.model import ACTIVE_STATUSES
-from nw.jobs.records import JobRow, unreadable_record
-from nw.jobs.storable import storable, storable_fields
+from nw.jobs.core import limits
+from nw.jobs.core.errors import JobStoreError
+from nw.jobs.core.model import ACTIVE_STATUSES
+from nw.jobs.core.records import JobRow, unreadable_record
+from nw.jobs.core.storable import storable, storable_fields
+from nw.jobs.execution.wake import WakeListener, wake_runners
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
@@ -51,7 +52,6 @@ from nw.jobs.stores.base import (
     utc_iso,
 )
 from nw.jobs.stores.sql import load_queries
-from nw.jobs.wake import WakeListener, wake_runners
 
 DB_NAME = "jobs.sqlite3"
 SCHEMA_VERSION = 5
@@ -854,7 +854,7 @@ class SqliteJobStore(JobStore):
         if not written:
             raise KeyError(f"no job {job_id!r} in this store")
 
-    # ----- spend policy (nw/jobs/budgets.py) ---------------------------------------
+    # ----- spend policy (nw/jobs/api/budgets.py) ---------------------------------------
     def _has_policy(self, c: sqlite3.Connection) -> bool:
         """A read-only handle may read a file older than the spend policy."""
         if not self.read_only:

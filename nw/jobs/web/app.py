@@ -29,9 +29,9 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from nw.errors import InvalidSetting
-from nw.jobs import facade
-from nw.jobs.model import DEFAULT_CONFIG, JobsConfig
-from nw.jobs.reaper import ReaperThread
+from nw.jobs.api import facade
+from nw.jobs.core.model import DEFAULT_CONFIG, JobsConfig
+from nw.jobs.execution.reaper import ReaperThread
 from nw.jobs.stores.base import JobStore
 from nw.jobs.web import (
     routes_budgets,

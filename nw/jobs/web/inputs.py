@@ -103,7 +103,7 @@ def _not_json(constant: str) -> Any:
 def json_value(text: str, what: str, *, checked: bool = True) -> Any:
     """``text`` parsed, or a 400 naming ``what`` and the problem (see module).
     ``checked=False`` leaves its depth and strings to the facade's door
-    (``nw/jobs/checks.py``, for a job's fields: it names the field, in the
+    (``nw/jobs/core/checks.py``, for a job's fields: it names the field, in the
     words the Python API and the CLI use)."""
     try:
         value = json.loads(text, parse_constant=_not_json)

@@ -15,8 +15,8 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.routing import Route
 
-from nw.jobs import accuracy, budgets
-from nw.jobs.model import JobsConfig
+from nw.jobs.api import accuracy, budgets
+from nw.jobs.core.model import JobsConfig
 from nw.jobs.web import state
 from nw.jobs.web.responses import JSONResponse
 from nw.project import Project

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nw.jobs import console, facade
-from nw.jobs.ids import check_job_id
+from nw.jobs.api import console, facade
+from nw.jobs.core.ids import check_job_id
 from nw.jobs.web import state
 from nw.jobs.web.inputs import body_text, int_param, json_object
 from nw.jobs.web.responses import JSONResponse

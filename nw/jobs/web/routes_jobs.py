@@ -13,7 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nw.jobs import facade, kinds
+from nw.jobs.api import facade
+from nw.jobs.core import kinds
 from nw.jobs.web import state, streams
 from nw.jobs.web.inputs import body_text, json_array, json_object
 from nw.jobs.web.responses import JSONResponse
@@ -41,7 +42,7 @@ def estimate(request: Request) -> JSONResponse:
     params = json_object(request.query_params.get("params") or "{}", "params", checked=False)
     project = state.projects(request).one(request.query_params.get("project"))
     quoted = facade.estimate(project, kind, params, config=state.config(request))
-    from nw.jobs.kinds import kind_spec, registered_kinds
+    from nw.jobs.core.kinds import kind_spec, registered_kinds
 
     if kind_spec(kind) is None:  # as the CLI's estimate: only a kind this server can start
         known = ", ".join(registered_kinds()) or "none"

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nw.jobs import console
-from nw.jobs.model import JobsConfig
+from nw.jobs.api import console
+from nw.jobs.core.model import JobsConfig
 from nw.jobs.web import state
 from nw.jobs.web.routes_budgets import BudgetsCollector
 from nw.project import Project

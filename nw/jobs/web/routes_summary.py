@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nw.jobs import facade
+from nw.jobs.api import facade
 from nw.jobs.web import state, streams
 from nw.jobs.web.responses import JSONResponse
 

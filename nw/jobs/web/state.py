@@ -15,10 +15,10 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from nw.jobs import facade
-from nw.jobs.ids import check_job_id
-from nw.jobs.model import Job, JobsConfig
-from nw.jobs.records import to_dict
+from nw.jobs.api import facade
+from nw.jobs.core.ids import check_job_id
+from nw.jobs.core.model import Job, JobsConfig
+from nw.jobs.core.records import to_dict
 from nw.project import Project, ProjectError, as_project
 
 

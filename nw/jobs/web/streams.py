@@ -38,7 +38,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from nw.errors import JobStoreError
-from nw.jobs.model import JobsConfig
+from nw.jobs.core.model import JobsConfig
 from nw.jobs.stores import open_store
 from nw.jobs.stores.base import JobStore
 from nw.jobs.web.errors import error, loggable

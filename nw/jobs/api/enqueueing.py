@@ -1,0 +1,464 @@
+"""``enqueue``: validate, quote and gate, write the record, launch an
+in-process body; nothing is written before every check has passed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from au.base import ComputationBackend
+
+from nw.errors import InvalidType, InvalidValue, UnknownKind
+from nw.jobs.api import budgets, costing, tracing
+from nw.jobs.api.costing import quote_for
+from nw.jobs.api.handles import ProjectLike, writer
+from nw.jobs.api.reads import worker_seen
+from nw.jobs.core import eta, ids, kinds, limits, outcome
+from nw.jobs.core.checks import (
+    MAX_KEY_CHARS,
+    check_actor,
+    check_label,
+    check_name,
+    check_not_before,
+    check_params,
+    check_priority,
+    derived_label,
+)
+from nw.jobs.core.model import (
+    ACTIVE_STATUSES,
+    DEFAULT_CONFIG,
+    RUNNER_INPROC,
+    RUNNER_WORKER,
+    Job,
+    JobsConfig,
+)
+from nw.jobs.core.records import JobRow, new_record, to_job
+from nw.jobs.execution import credentials, recovery
+from nw.jobs.execution.body import Launch
+from nw.jobs.execution.runtime import Runtime
+from nw.jobs.stores import shared_store
+from nw.jobs.stores.base import JobStore
+from nw.project import Project, as_project
+
+
+def _label(kind: str, params: Mapping[str, Any]) -> str:
+    title = params.get("title") or params.get("label")
+    return derived_label(str(title)) if title else kind
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One enqueue request, validated and quoted; nothing written yet."""
+
+    kind: str
+    params: dict[str, Any]
+    units: int | None
+    fn: Callable | None
+    spec: kinds.KindSpec | None
+    quote: costing.Quote
+    basis: str
+    job_id: str
+    label: str | None
+    actor: dict[str, str] | None
+    priority: int
+    due: float | None  # not_before, epoch seconds
+    limit_key: str | None
+
+
+def _prepare(
+    proj: Project,
+    kind: Any,
+    params: Any,
+    *,
+    dispatch: Mapping[str, Callable] | None,
+    idempotency_key: Any,
+    label: Any,
+    actor: Any,
+    priority: Any = 0,
+    not_before: Any = None,
+    limit_key: Any = None,
+    config: JobsConfig,
+) -> _Item:
+    """Everything ``enqueue`` checks before it touches a store (see its raises)."""
+    if not isinstance(kind, str) or not kind:
+        raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
+    check_name(kind, "kind")
+    label = check_label(label)
+    who = check_actor(actor)
+    priority = check_priority(priority)
+    due = check_not_before(not_before)
+    params = ids.check_json_params(costing.with_plan_dict(params))
+    check_params(params)
+    units = ids.check_units(params)
+    fn = dispatch.get(kind) if dispatch else None
+    spec = kinds.kind_spec(kind)
+    if fn is None and spec is None:
+        known = sorted(set(dispatch or ()) | set(kinds.registered_kinds()))
+        raise UnknownKind(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
+    key = (
+        limits.check_key(limit_key)
+        if limit_key is not None
+        else limits.key_for(spec.limit_key if spec else None, kind, params)
+    )
+    quote = quote_for(proj, kind, params, config)
+    basis: str | None
+    if idempotency_key is not None:
+        basis = check_name(idempotency_key, "idempotency_key", MAX_KEY_CHARS)
+    else:
+        basis = quote.identity
+    if not isinstance(basis, str) or not basis:
+        raise InvalidValue("idempotency_key must be a non-empty string")
+    job_id = ids.job_id_for(proj.project_id, kind, basis)
+    return _Item(
+        kind, params, units, fn, spec, quote, basis, job_id, label, who, priority, due, key
+    )
+
+
+def _new_record(
+    item: _Item,
+    plan: eta.EtaPlan,
+    samples: Mapping[str, list[float]],
+    rt: Runtime | None,
+    config: JobsConfig,
+) -> dict[str, Any]:
+    """The queued record of a prepared item, with its ETA prediction."""
+    fn = item.fn
+    # Retries are the worker tier's: a requeued job is claimed by a worker, and
+    # an in-process body's callable lives only in the process that enqueued it.
+    policy = outcome.RetryPolicy.resolve(item.spec if fn is None else None, config)
+    record = new_record(
+        job_id=item.job_id,
+        kind=item.kind,
+        label=item.label or _label(item.kind, item.params),
+        idempotency_key=item.basis,
+        params=item.params,
+        now=config.clock(),
+        plan=plan,
+        prediction=eta.prediction_fields(plan, samples, config),
+        estimated_usd=item.quote.estimated_usd,
+        runner=RUNNER_INPROC if fn is not None else RUNNER_WORKER,
+        max_attempts=policy.max_attempts,
+        actor=item.actor,
+        retryable=policy.retryable,
+        runner_id=rt.runner_id if rt is not None and fn is not None else None,  # its owner
+    )
+    record.update(limit_key=item.limit_key, priority=item.priority, not_before=item.due)
+    traced = tracing.carrier()  # the enqueue's span: each attempt's span is its child
+    if traced is not None:
+        record["trace"] = traced
+    return record
+
+
+@tracing.traced("nw.jobs.enqueue")
+def enqueue(
+    project: ProjectLike,
+    kind: str,
+    params: Mapping[str, Any],
+    *,
+    on_event: Callable[[Any], None] | None = None,
+    dispatch: Mapping[str, Callable] | None = None,
+    backend: ComputationBackend | None = None,
+    idempotency_key: str | None = None,
+    label: str | None = None,
+    capture_context: Callable[[], AbstractContextManager[Any]] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    actor: str | Mapping[str, str] | None = None,
+    approved: bool = False,
+    priority: int = 0,
+    not_before: float | datetime | None = None,
+    limit_key: str | None = None,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> Job:
+    """Enqueue a render as a background job; returns at once with the job.
+
+    ``priority``: higher is started first (FIFO within a priority, turns
+    rotating across actors). ``not_before`` (epoch seconds or an aware
+    datetime): queued, but not started before then. ``limit_key``: the key this
+    job counts against (default: its kind's ``limit_key``); a limit set on it
+    (``set_limit``) holds the job queued while the key is full. All three hold
+    for in-process bodies too.
+
+    The body runs on this process's bounded pool when ``dispatch`` has the
+    kind, else in a worker process when the kind is registered. It reports
+    progress with ``on_event({"stage_index": i, "stage_count": n})``, where
+    ``i`` is the number of stages finished (the 0-based index of the stage now
+    starting). A fal key bound where this is called
+    (``falaw.using_fal_credentials``) is bound around an in-process body too,
+    and an explicit ``secrets["fal"]`` inside it. A live job
+    with the same idempotency key is returned instead of a second one.
+
+    With ``params["plan"]`` the job's key is the plan's ``nw.plans.plan_hash``
+    and its ``cost.estimated_usd`` is the plan re-quoted at today's rates (a
+    caller's ``params["estimated_usd"]`` is ignored). A live ``falaw.Plan``
+    is accepted and stored (and handed to the body) as its ``plan_to_dict``
+    form, which has the same hash.
+
+    Raises, in every case before anything is written, ``InvalidInput`` for the
+    caller's mistakes: ``InvalidType`` (a ``TypeError``: params not JSON-able,
+    naming the key), ``UnknownKind`` (a ``KeyError``), ``InvalidValue`` (a
+    ``ValueError``: malformed ``units``), ``PlanError`` (a plan that cannot be
+    identified: ``NonCanonicalPlan`` when a value in it has no canonical form);
+    and ``BudgetExceeded`` (over ``config.budget_usd``, or an unknown cost under
+    a cap without ``approved=True``). ``JobStoreError`` when the store fails.
+    """
+    if backend is not None:
+        raise NotImplementedError("a custom backend is not supported; use JobsConfig")
+    proj = as_project(project)
+    item = _prepare(
+        proj,
+        kind,
+        params,
+        dispatch=dispatch,
+        idempotency_key=idempotency_key,
+        label=label,
+        actor=actor,
+        priority=priority,
+        not_before=not_before,
+        limit_key=limit_key,
+        config=config,
+    )
+    fn, quote, job_id, who = item.fn, item.quote, item.job_id, item.actor
+    # Refused before any store is created or opened for writing; checked again
+    # inside the create transaction (``admit``), where concurrent enqueues serialise.
+    now = config.clock()
+    existing = shared_store(proj, config, create=False)
+    quote.gate(existing, approved=approved, config=config, job_id=job_id)
+    quote.gate_actor(existing, who, approved=approved, config=config, job_id=job_id, now=now)
+    rt = writer(proj, config) if fn is not None else None
+    store = rt.store if rt is not None else shared_store(proj, config, create=True)
+    plan = eta.eta_plan(item.params, item.units, config)
+    samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
+    record = _new_record(item, plan, samples, rt, config)
+    admit: Callable[[], None] | None = None
+    if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
+
+        def admit() -> None:
+            quote.gate(store, approved=approved, config=config, job_id=job_id)
+            quote.gate_actor(store, who, approved=approved, config=config, job_id=job_id, now=now)
+
+    # the stored spend policy, in the same admit (every door: nw/jobs/api/budgets.py)
+    admit = budgets.admit_one(
+        admit, store, quote, who, item.kind, approved=approved, config=config, now=now
+    )
+    # Called before anything is written: a hook that fails leaves no job behind.
+    capture = capture_context() if (capture_context is not None and fn is not None) else None
+    # The caller's fal key, read on its thread: the body's pool thread cannot see it.
+    ambient = credentials.ambient_fal_key() if fn is not None else None
+    row, created = store.create(record, claimable=fn is None, admit=admit)
+    if not created and _dead_duplicate(store, row, rt, config):
+        row, created = store.create(record, claimable=fn is None, admit=admit)
+    if created and rt is not None:
+        assert fn is not None  # a runtime is taken only for a body
+        held = dict(secrets or {})
+        if ambient and credentials.FAL not in held:
+            held[credentials.FAL] = ambient  # so it is redacted like any secret
+        launch = Launch(
+            fn=fn,
+            project=proj,
+            on_event=on_event,
+            capture=credentials.around_body(ambient, secrets, capture),
+            secrets=held,
+        )
+        try:
+            rt.submit(job_id, launch, priority=item.priority, not_before=item.due)
+        except BaseException as exc:  # e.g. the runtime is shutting down
+            _fail_unlaunched(store, row, exc, config)
+            raise
+    worker = None if created else worker_seen(store, row)
+    return to_job(row, config.clock(), config, worker)
+
+
+_ITEM_FIELDS = (
+    "kind",
+    "params",
+    "idempotency_key",
+    "label",
+    "actor",
+    "priority",
+    "not_before",
+    "limit_key",
+)
+
+
+def _item_fields(item: Any) -> dict[str, Any]:
+    """An ``enqueue_many`` item as ``enqueue``'s arguments."""
+    if isinstance(item, Mapping):
+        unknown = sorted(set(map(str, item)) - set(_ITEM_FIELDS))
+        if unknown:
+            raise InvalidType(
+                f"unknown field(s) {', '.join(map(repr, unknown))}; an item has "
+                f"{', '.join(_ITEM_FIELDS)}"
+            )
+        if "kind" not in item:
+            raise UnknownKind("an item needs a 'kind'")
+        fields = {name: item.get(name) for name in _ITEM_FIELDS}
+        fields["params"] = {} if fields["params"] is None else fields["params"]
+        fields["priority"] = 0 if fields["priority"] is None else fields["priority"]
+        return fields
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return {
+            "kind": item[0],
+            "params": item[1],
+            "idempotency_key": None,
+            "label": None,
+            "actor": None,
+        }
+    raise InvalidType(
+        f"an item is a (kind, params) pair or a mapping with 'kind' and 'params',"
+        f" not {type(item).__name__}"
+    )
+
+
+def _about(exc: BaseException, name: str) -> BaseException:
+    """``exc`` (same type, same attributes) with its message naming the item."""
+    first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    exc.args = (f"{name}: {first}", *exc.args[1:])
+    return exc
+
+
+@tracing.traced("nw.jobs.enqueue_many")
+def enqueue_many(
+    project: ProjectLike,
+    items: Iterable[tuple[str, Mapping[str, Any]] | Mapping[str, Any]],
+    *,
+    dispatch: Mapping[str, Callable] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    approved: bool = False,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> list[Job]:
+    """Enqueue a batch: one store transaction and one worker wake-up for all.
+
+    Each item is a ``(kind, params)`` pair or a mapping with ``kind``,
+    ``params`` and optionally ``idempotency_key``, ``label``, ``actor``,
+    ``priority``, ``not_before`` and ``limit_key``, and means exactly what
+    ``enqueue`` with those arguments means: one job per distinct job id (an
+    item whose job is live, in the store or earlier in this batch, gets that
+    job back), a kind's ``limit_key``, today's quote, the ETA prediction, a
+    ``dispatch`` body run here or a registered kind left for workers. The
+    result lists one ``Job`` per item, in order.
+
+    All or nothing: an item that ``enqueue`` would refuse refuses the whole
+    batch before anything is written, with the error ``enqueue`` raises
+    (same type) prefixed ``item N:`` (N its index in ``items``, from 0). The
+    budgets (``config.budget_usd``, and ``config.actor_budget_usd`` per actor)
+    are checked over the batch: it is admitted only if every new job in it
+    fits, as if enqueued one after another.
+    """
+    proj = as_project(project)
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise InvalidType(f"items must be an iterable of items, not {type(items).__name__}")
+    prepared: list[_Item] = []
+    for n, raw in enumerate(items):
+        try:
+            prepared.append(_prepare(proj, **_item_fields(raw), dispatch=dispatch, config=config))
+        except Exception as exc:
+            raise _about(exc, f"item {n}") from None
+    first: dict[str, int] = {}  # job id -> its first item; later ones are duplicates
+    for n, item in enumerate(prepared):
+        first.setdefault(item.job_id, n)
+    unique = sorted(first.values())
+    now = config.clock()
+    gated = config.budget_usd is not None or (
+        config.actor_budget_usd is not None and any(prepared[n].actor for n in unique)
+    )
+
+    def gate(positions: list[int], store: JobStore | None) -> None:
+        """The project's and the actors' budgets over these items (indexes in ``unique``)."""
+        costing.gate_batch(
+            [prepared[unique[k]].quote for k in positions],
+            store,
+            approved=approved,
+            config=config,
+            now=now,
+            actors=[prepared[unique[k]].actor for k in positions],
+            names=[f"item {unique[k]}" for k in positions],
+        )
+
+    if gated:  # before any store is created or opened for writing
+        existing = shared_store(proj, config, create=False)
+        # a resubmit of a live job is a dedup, not new spend
+        gate(
+            [
+                k
+                for k, n in enumerate(unique)
+                if existing is None or not _is_live(existing.get(prepared[n].job_id))
+            ],
+            existing,
+        )
+    local = any(prepared[n].fn is not None for n in unique)
+    rt = writer(proj, config) if local else None
+    store = rt.store if rt is not None else shared_store(proj, config, create=True)
+    plans = [eta.eta_plan(prepared[n].params, prepared[n].units, config) for n in unique]
+    keys = list(dict.fromkeys(key for plan in plans for key in eta.sample_keys(plan)))
+    samples = store.samples(keys, window=config.sample_window_k) if keys else {}
+    records = [
+        _new_record(prepared[n], plan, samples, rt, config)
+        for n, plan in zip(unique, plans, strict=True)
+    ]
+    claimable = [prepared[n].fn is None for n in unique]
+    admit: Callable[[list[int]], None] | None = None
+    if gated:
+
+        def admit(positions: list[int]) -> None:
+            gate(positions, store)
+
+    admit = budgets.admit_batch(  # the stored spend policy over the batch as a whole
+        admit,
+        store,
+        [prepared[n].quote for n in unique],
+        [budgets.who_of(prepared[n].actor, prepared[n].kind) for n in unique],
+        [f"item {n}" for n in unique],
+        approved=approved,
+        config=config,
+        now=now,
+    )
+    results = store.create_many(records, claimable=claimable, admit=admit)
+    # A live duplicate whose worker died is closed now and created again, as
+    # ``enqueue`` does (a second, small transaction: only those items).
+    again = [
+        k
+        for k, (row, made) in enumerate(results)
+        if not made and _dead_duplicate(store, row, rt, config)
+    ]
+    if again:
+        # admit's positions are the batch's: map the redo's back to them
+        readmit = None if admit is None else (lambda ps, f=admit: f([again[p] for p in ps]))
+        redo = store.create_many(
+            [records[k] for k in again], claimable=[claimable[k] for k in again], admit=readmit
+        )
+        for k, pair in zip(again, redo, strict=True):
+            results[k] = pair
+    for k, (row, made) in enumerate(results):
+        item = prepared[unique[k]]
+        if made and rt is not None and item.fn is not None:
+            launch = Launch(fn=item.fn, project=proj, secrets=dict(secrets or {}))
+            try:
+                rt.submit(item.job_id, launch, priority=item.priority, not_before=item.due)
+            except BaseException as exc:  # e.g. the runtime is shutting down
+                _fail_unlaunched(store, row, exc, config)
+                raise
+    now = config.clock()
+    jobs = {unique[k]: to_job(row, now, config) for k, (row, _) in enumerate(results)}
+    return [jobs[first[item.job_id]] for item in prepared]
+
+
+def _is_live(row: JobRow | None) -> bool:
+    return row is not None and row.status in ACTIVE_STATUSES
+
+
+def _dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> bool:
+    """A resubmit found a live job: is it really alive? A job whose worker died
+    is closed now (the same rule as on read), so the resubmit runs again."""
+    holds = rt.holds if rt is not None else (lambda _id: False)
+    fresh = recovery.maybe_reap(store, row, config.clock(), config, holds)
+    return fresh.status not in ACTIVE_STATUSES
+
+
+def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: JobsConfig) -> None:
+    """An in-process job whose body could not be handed to the runtime: ended
+    as the outcome policy decides (``outcome.end_unlaunched``)."""
+    message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
+    outcome.end_unlaunched(store, row, message, config).result()

@@ -1,0 +1,557 @@
+"""A process's machinery for one store: the bounded pool, the heartbeat, the live map.
+
+Bodies run on ``PooledThreadBackend``, an au ``ThreadBackend`` whose threads
+come from a pool of ``max_concurrent``: jobs beyond the cap wait queued
+instead of each getting a thread. One heartbeat thread per runtime stamps
+the process's own beat every ``worker_beat_interval_s`` (one small write: the
+runners row; in a worker, the same statement reads every runner, for the
+reaper that a thread of its own ticks with it) and, every
+``heartbeat_interval_s``, every held job in one coalesced write, learning of
+cancels requested by other processes. Where the store sends a claim and the
+runner's beat in one round trip (``JobStore.claim_and_beat``), a worker's
+claims carry the beat when it is half due and the thread waits an interval
+from that beat instead. Runtimes are made on first need by the
+write paths (``enqueue``, the worker); the read paths never make one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from au import (
+    ComputationResult,
+    ComputationStatus,
+    ComputationStore,
+    Middleware,
+    ThreadBackend,
+)
+
+from nw.jobs.core.limits import NotYet
+from nw.jobs.core.model import RUNNER_INPROC, JobsConfig
+from nw.jobs.core.records import JobRow
+from nw.jobs.execution import procs
+from nw.jobs.execution.body import Launch, run_attempt
+from nw.jobs.execution.journal import Finishing
+from nw.jobs.execution.learning import DurationLearningMiddleware
+from nw.jobs.execution.reaper import RunnersRead
+from nw.jobs.stores.base import JobStore
+
+log = logging.getLogger("nw.jobs")
+#: How often an in-process job held by a delay or a full limit asks again.
+NOT_YET_POLL_S = 0.2
+
+
+class PooledThreadBackend(ThreadBackend):
+    """au's thread backend, bounded: at most ``max_workers`` bodies at once.
+
+    Its ``store`` is the job store's au ``ComputationStore`` (``StatusView``),
+    the single source of truth for a run's status. The launched callable
+    writes its own (fenced) terminal state through the job store, so this
+    backend only runs the middleware around it and never writes the store
+    itself (au's bare ``store[key] = COMPLETED`` would skip the fence).
+    """
+
+    def __init__(
+        self,
+        store: ComputationStore,
+        middleware: list[Middleware],
+        max_workers: int,
+        done: Callable[[str, tuple], None] | None = None,
+    ):
+        super().__init__(store=store, middleware=middleware)
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="nw-job")
+        self.max_workers = max_workers
+        self._done = done
+        # Launches waiting for a thread, best first: (-priority, arrival, task).
+        self._waiting: list[tuple[int, int, tuple]] = []
+        self._waiting_lock = threading.Lock()
+        self._arrivals = itertools.count()
+
+    def launch(
+        self,
+        func: Callable,
+        args: tuple,
+        kwargs: dict,
+        key: str,
+        store: Any = None,
+        priority: int = 0,
+    ) -> None:
+        """Queue a launch; the next free thread runs the highest ``priority``
+        waiting (FIFO within a priority), not simply the oldest."""
+        entry = (-int(priority), next(self._arrivals), (func, args, kwargs, key))
+        with self._waiting_lock:
+            heapq.heappush(self._waiting, entry)
+        try:
+            self._pool.submit(self._next)
+        except BaseException:
+            # Refused (a pool shut down), or queued but no new thread could
+            # start: taken back, and the caller hears it (and fails the job);
+            # a pool task queued anyway finds one launch fewer. Unless a pool
+            # thread took it meanwhile: then it runs, and was launched.
+            with self._waiting_lock:
+                try:
+                    self._waiting.remove(entry)
+                except ValueError:
+                    return
+                heapq.heapify(self._waiting)
+            raise
+
+    def _next(self) -> None:
+        with self._waiting_lock:  # one pool task per launch (one taken back: none left)
+            if not self._waiting:
+                return
+            _, _, (func, args, kwargs, key) = heapq.heappop(self._waiting)
+        self._work(func, args, kwargs, key)
+
+    def _work(self, func: Callable, args: tuple, kwargs: dict, key: str) -> None:
+        written = None
+        try:
+            self._run_middleware_before(func, args, kwargs, key)
+            try:
+                result: ComputationResult = func(*args, **kwargs)
+            except BaseException as exc:  # the runners never raise; belt and braces
+                log.exception("job %s: runner failed", key)
+                error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
+                self._run_middleware_error(key, error)
+                return
+            written = (result.metadata or {}).pop("written", None)
+            if result.status is ComputationStatus.COMPLETED:
+                self._run_middleware_after(key, result)
+            else:
+                self._run_middleware_error(key, result.error or RuntimeError("failed"))
+        finally:
+            # After the middleware (learning is part of the job), and once the
+            # outcome is committed: the slot is let go only then (the callback
+            # runs at once if it is, else on the thread that commits it).
+            if self._done is not None:
+                done = self._done
+                if written is None:
+                    done(key, args)
+                else:
+                    written.add_done_callback(lambda _w: done(key, args))
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+
+class Runtime:
+    """Runs bodies for one store in this process."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        config: JobsConfig,
+        *,
+        role: str = RUNNER_INPROC,
+        runner_id: str | None = None,
+        info: dict[str, Any] | None = None,
+        on_release: Callable[[str], None] | None = None,
+        journal: Path | None = None,
+    ):
+        self.store = store
+        self.finishing = Finishing(store, journal)
+        """Outcomes the store did not take, written again until it does
+        (``journal``: the folder that keeps them across a restart; None: in
+        memory only)."""
+        self.config = config
+        self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._on_release = on_release
+        self._hand_over = role != RUNNER_INPROC
+        """A worker's body thread hands its outcome to the store and is free at
+        once; the slot waits for the commit (its claims never outnumber its
+        slots). An in-process body's thread waits for the commit itself: its
+        pool also starts the jobs queued for a thread, and an exiting process
+        joins that thread, so a result is never left uncommitted."""
+        self.on_beat: Callable[[RunnersRead | Literal[False] | None], None] | None = None
+        """Called on the beat thread after each beat, with the runners it read
+        (None: it read none; False: the beat failed). A worker feeds its reaper."""
+        self.learning = DurationLearningMiddleware(record=self._learn, config=config)
+        self.backend = PooledThreadBackend(
+            store.status,
+            [self.learning],
+            config.max_concurrent,
+            done=lambda key, args: self._release(key, args[-1]),
+        )
+        self._launches: dict[str, Launch] = {}
+        self._timers: dict[str, threading.Timer] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+        self._beat_failing = False
+        """The last beat failed (its error is logged once per outage)."""
+        self._beat_at = time.monotonic()
+        """When the runner's own beat last went (``time.monotonic``), on the
+        beat thread or riding a claim (``rode``)."""
+        me = {
+            "role": role,
+            **procs.this_process(),
+            "slots": config.max_concurrent,
+            **(info or {}),
+        }
+        store.register_runner(self.runner_id, me, now=config.clock())
+        if role != RUNNER_INPROC:  # a worker beats from its start: readers judge its claims by it
+            self._ensure_beater()
+
+    # ----- learning --------------------------------------------------------------
+    def _learn(self, samples: dict[str, float]) -> None:
+        try:
+            self.store.add_samples(
+                samples, now=self.config.clock(), window=self.config.sample_window_k
+            )
+        except Exception:
+            log.exception("could not record duration samples %s", list(samples))
+
+    # ----- running ---------------------------------------------------------------
+    def holds(self, job_id: str) -> bool:
+        """This process holds the job: running it (the learning middleware's
+        started map), keeping it queued for a free pool thread, or keeping its
+        outcome until the store takes it (``finishing``)."""
+        if self.learning.is_running(job_id) or self.finishing.holds(job_id):
+            return True
+        with self._lock:
+            return job_id in self._launches
+
+    def is_finishing(self, job_id: str) -> bool:
+        """The job's body has ended and its outcome waits for the store (``journal``)."""
+        return self.finishing.holds(job_id)
+
+    def local_cancel(self, job_id: str) -> None:
+        if self.finishing.holds(job_id):  # it already returned: its outcome stands
+            self.finishing.nudge()  # the cancel reached the store; so may the outcome now
+        with self._lock:
+            launch = self._launches.get(job_id)
+            timer = self._timers.pop(job_id, None)
+        if launch is not None:
+            launch.cancel.set()
+        if timer is not None:  # delayed: to the pool now, where its start finds it
+            timer.cancel()  # cancelled and lets it go (``_due`` will not launch it again)
+            self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id)
+
+    def submit(
+        self, job_id: str, launch: Launch, *, priority: int = 0, not_before: float | None = None
+    ) -> None:
+        """Run a job this process enqueued, when a pool thread is free (higher
+        ``priority`` first); a delayed one joins the pool's queue only when due,
+        so it holds no thread while it waits."""
+        before = self._hold(job_id, launch)
+        try:
+            self._ensure_beater()
+            delay = None if not_before is None else not_before - self.config.clock()
+            if delay is None or delay <= 0:
+                self.backend.launch(
+                    self._start_and_run, (job_id, launch), {}, job_id, None, priority
+                )
+                return
+            timer = threading.Timer(delay, self._due, (job_id, launch, priority))
+            timer.daemon = True
+            with self._lock:
+                self._timers[job_id] = timer
+            try:
+                timer.start()
+            except BaseException:
+                with self._lock:
+                    self._timers.pop(job_id, None)
+                raise
+        except BaseException:
+            self._unhold(job_id, launch, before)
+            raise
+
+    def _due(self, job_id: str, launch: Launch, priority: int) -> None:
+        with self._lock:  # whoever takes the timer out launches the job: this, or a cancel
+            if self._timers.pop(job_id, None) is None:
+                return
+        self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id, None, priority)
+
+    def run_claimed(self, row: JobRow, launch: Launch) -> None:
+        """Run a job a worker already claimed (the row is running, attempt bumped)."""
+        job_id = row.record["job_id"]
+        before = self._hold(job_id, launch)
+        try:
+            self._ensure_beater()
+            self.backend.launch(self._run, (row, launch), {}, job_id)
+        except BaseException:
+            self._unhold(job_id, launch, before)
+            raise
+
+    def _hold(self, job_id: str, launch: Launch) -> Launch | None:
+        """The job holds a slot here from now on; returns the launch of a run of
+        the same id that was letting go (``_unhold`` puts it back)."""
+        with self._lock:
+            before = self._launches.get(job_id)
+            self._launches[job_id] = launch
+        return before
+
+    def _unhold(self, job_id: str, launch: Launch, before: Launch | None) -> None:
+        """Handing the job to the pool failed (a pool shut down, no thread to be
+        had): it holds no slot, so ``busy`` and ``wait_idle`` do not count a job
+        that will never run; the caller hears the error."""
+        with self._lock:
+            if self._launches.get(job_id) is launch:
+                if before is None:
+                    del self._launches[job_id]
+                else:
+                    self._launches[job_id] = before
+            self._idle.notify_all()
+
+    def _start_and_run(self, job_id: str, launch: Launch) -> ComputationResult:
+        error = None
+        waited = False
+        while True:
+            try:
+                row = self.store.start(job_id, now=self.config.clock(), runner_id=self.runner_id)
+            except Exception as exc:
+                log.exception("job %s: could not be started", job_id)
+                row, error = None, exc
+            if not isinstance(row, NotYet):
+                break
+            # Delayed, or its key's limit is full: wait on this pool thread (the
+            # limit is shared with workers, so no local queue could know better).
+            waited = True
+            pause = min(max(row.retry_at - self.config.clock(), 0.01), NOT_YET_POLL_S)
+            if launch.cancel.wait(pause) or self._stop.is_set():
+                row = None
+                break
+        if waited:
+            self.learning.restart(job_id)  # its run time starts now, not at the wait
+        if row is None:  # cancelled while it waited for a thread, or the store failed
+            return ComputationResult(None, ComputationStatus.CANCELLED, error=error)
+        return self._run(row, launch)
+
+    def _run(self, row: JobRow, launch: Launch) -> ComputationResult:
+        job_id = row.record["job_id"]
+        try:
+            return run_attempt(
+                self.store,
+                row,
+                launch,
+                self.config,
+                hand_over=self._hand_over,
+                keep=self.finishing.keep,
+            )
+        except Exception as exc:  # the store failed under the body: say so, loudly
+            log.exception("job %s: could not record its outcome", job_id)
+            return ComputationResult(None, ComputationStatus.FAILED, error=exc)
+
+    def _release(self, job_id: str, launch: Launch | None = None) -> None:
+        with self._lock:
+            # A re-run of the same id may already hold the slot: only drop our own.
+            if launch is None or self._launches.get(job_id) is launch:
+                self._launches.pop(job_id, None)
+            self._idle.notify_all()
+        if self._on_release is not None:
+            self._on_release(job_id)
+
+    def held_jobs(self) -> list[str]:
+        with self._lock:
+            return list(self._launches)
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._launches)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._launches, timeout=timeout)
+
+    # ----- heartbeat -------------------------------------------------------------
+    def _ensure_beater(self) -> None:
+        with self._lock:
+            if self._beater is None or not self._beater.is_alive():
+                self._beater = threading.Thread(
+                    target=self._beat_loop, name="nw-heartbeat", daemon=True
+                )
+                self._beater.start()
+
+    def beat_once(self) -> None:
+        with self._lock:
+            running = {j: la for j, la in self._launches.items() if self.learning.is_running(j)}
+        # a job whose outcome is kept beats on: no reaper may call it lost meanwhile
+        finishing = [j for j in self.finishing.job_ids() if j not in running]
+        now = self.config.clock()
+        cancelled = self.store.beat([*running, *finishing], now=now, runner_id=self.runner_id)
+        for job_id in cancelled:
+            self.local_cancel(job_id)
+        for job_id, launch in running.items():
+            self._check_overdue(job_id, launch, now)
+
+    def _check_overdue(self, job_id: str, launch: Launch, now: float) -> None:
+        limit = launch.timeout_s or self.config.job_timeout_s
+        started = self.learning.started.get(job_id)
+        if launch.overdue or not limit or started is None:
+            return
+        if time.monotonic() - started <= limit:
+            return
+        launch.overdue = True
+        log.warning("job %s has run past its time limit of %ss", job_id, limit)
+        self.store.patch(job_id, {"overdue_at": now, "timeout_s": limit}, attempt=None)
+        if launch.cancel_on_timeout or self.config.cancel_on_timeout:
+            self.store.request_cancel(job_id, now=now)
+            launch.cancel.set()
+
+    def beat_worker(self, *, read_runners: bool = False) -> RunnersRead | None:
+        """The process's own beat: alive, whatever it holds (the runners row).
+        ``read_runners`` (for a worker's reaper): the same statement reads every
+        runner, and that read is returned."""
+        if not read_runners:
+            self.store.beat([], now=self.config.clock(), runner_id=self.runner_id)
+            return None
+        beat = lambda now: self.store.beat_runner(self.runner_id, now=now)  # noqa: E731
+        return RunnersRead.timed(beat, self.config)
+
+    @property
+    def _tick(self) -> float:
+        return min(self.config.worker_beat_interval_s, self.config.heartbeat_interval_s)
+
+    def beat_may_ride(self) -> bool:
+        """Half the beat interval has passed since the runner's beat: a claim
+        made now may carry the next one (``JobStore.claim_and_beat``)."""
+        return time.monotonic() - self._beat_at >= self._tick / 2
+
+    def rode(self, read: RunnersRead) -> None:
+        """The runner's beat went with a claim (``read`` is what it read): the
+        beat thread's next beat waits a whole interval from it, and the
+        beat's listener hears it as it hears the beat thread's."""
+        self._beat_at = read.asked
+        self._beat_failing = False  # the store answered: the next failure is news
+        on_beat = self.on_beat
+        if on_beat is not None:
+            try:
+                on_beat(read)
+            except Exception:
+                log.exception("the beat's listener failed")
+
+    def _beat_loop(self) -> None:
+        # Two cadences on one thread: the process beat often (cheap, one row) so a
+        # dead worker is found in seconds; each held job's beat at the seed's pace.
+        # A beat that rode a claim (``rode``) counts: the next is an interval after it.
+        last_jobs = time.monotonic()
+        while not self._stop.is_set():
+            on_beat, read = self.on_beat, None  # one value per round: it is set after start
+            now = time.monotonic()
+            rest, jobs_due = beat_rest(
+                now,
+                runner_due=self._beat_at + self._tick,
+                jobs_due=last_jobs + self.config.heartbeat_interval_s,
+            )
+            if rest > 0:
+                self._stop.wait(rest)
+                continue
+            self._beat_at = now
+            try:
+                if jobs_due:
+                    last_jobs = now
+                    self.beat_once()
+                else:
+                    read = self.beat_worker(read_runners=on_beat is not None)
+                failed = self._beat_failing = False
+            except Exception:
+                if not self._beat_failing:  # once per outage, not once a second
+                    log.exception("heartbeat failed")
+                failed = self._beat_failing = True
+            if on_beat is not None and not self._stop.is_set():
+                try:  # None: the reaper reads the runners itself; False: the beat failed
+                    on_beat(False if failed else read)
+                except Exception:
+                    log.exception("the beat's listener failed")
+
+    def close(self, *, wait: bool = True) -> None:
+        self._stop.set()
+        self.finishing.close()  # what is still kept stays in the journal for the next worker
+        with self._lock:
+            timers = list(self._timers.values())
+        for timer in timers:  # delayed jobs not yet due stay queued in the store
+            timer.cancel()
+        self.backend.shutdown(wait=wait)
+        try:
+            self.store.unregister_runner(self.runner_id)
+        except Exception:
+            log.debug("could not unregister runner", exc_info=True)
+
+
+#: Per store location, one runtime per distinct execution config (pool size,
+#: beat timing, time limits, clock): a later call with other settings gets its
+#: own runtime instead of silently inheriting the first call's.
+_RUNTIMES: dict[tuple[str, str], dict[tuple, Runtime]] = {}
+_RUNTIMES_LOCK = threading.Lock()
+_RUNTIME_FIELDS = (
+    "max_concurrent",
+    "heartbeat_interval_s",
+    "heartbeat_stale_s",
+    "job_timeout_s",
+    "cancel_on_timeout",
+    "sample_window_k",
+    "clock",
+)
+
+
+def _config_key(config: JobsConfig) -> tuple:
+    return tuple(getattr(config, name) for name in _RUNTIME_FIELDS)
+
+
+def runtime_for(
+    key: tuple[str, str], make_store: Callable[[], JobStore], config: JobsConfig
+) -> Runtime:
+    with _RUNTIMES_LOCK:
+        group = _RUNTIMES.setdefault(key, {})
+        rt = group.get(_config_key(config))
+        if rt is None:
+            rt = group[_config_key(config)] = Runtime(make_store(), config)
+        return rt
+
+
+class LocalRuntimes:
+    """Every runtime of this process on one store, seen as one: does any hold a job?"""
+
+    def __init__(self, runtimes: list[Runtime]):
+        self.runtimes = runtimes
+
+    def holds(self, job_id: str) -> bool:
+        return any(rt.holds(job_id) for rt in self.runtimes)
+
+    def local_cancel(self, job_id: str) -> None:
+        for rt in self.runtimes:
+            rt.local_cancel(job_id)
+
+    def is_finishing(self, job_id: str) -> bool:
+        return any(rt.is_finishing(job_id) for rt in self.runtimes)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return all(rt.wait_idle(timeout) for rt in self.runtimes)
+
+
+def existing_runtime(key: tuple[str, str]) -> LocalRuntimes | None:
+    with _RUNTIMES_LOCK:
+        group = list(_RUNTIMES.get(key, {}).values())
+    return LocalRuntimes(group) if group else None
+
+
+def shutdown_runtimes(*, wait: bool = True) -> None:
+    """Stop every runtime of this process (tests, and orderly exits)."""
+    with _RUNTIMES_LOCK:
+        runtimes = [rt for group in _RUNTIMES.values() for rt in group.values()]
+        _RUNTIMES.clear()
+    for rt in runtimes:
+        rt.close(wait=wait)
+
+
+def beat_rest(now: float, *, runner_due: float, jobs_due: float) -> tuple[float, bool]:
+    """The beat thread's next step at ``now`` (monotonic), given when the
+    runner's beat and the held jobs' beat fall due: ``(rest, jobs)``, how long
+    to wait first (0: beat now) and whether this beat is the jobs' (which
+    beats the runner too)."""
+    if now >= jobs_due:
+        return 0.0, True
+    return max(min(runner_due, jobs_due) - now, 0.0), False
