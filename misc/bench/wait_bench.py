@@ -1,4 +1,4 @@
-"""``jobs.wait`` and ``nw.jobs.api.aio`` figures, on both stores. Prints; asserts nothing.
+"""``jobs.wait`` and ``nw.jobs.aio`` figures, on both stores. Prints; asserts nothing.
 
 wake: one worker process runs short jobs one at a time; this process waits
 for each with ``jobs.wait``. The figure is how long after the worker stamped
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nw
 from nw import jobs
-from nw.jobs.api import aio
+from nw.jobs import aio
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -9,7 +9,7 @@ change signal sets an ``asyncio.Event`` through the loop
 (``call_soon_threadsafe``), and only the reads run on the pool. No event
 loop is created here and nothing async is wrapped in sync.
 
-    from nw.jobs.api import aio
+    from nw.jobs import aio
 
     job = await aio.enqueue(project, "panel.animate", params)
     async for seen in aio.watch(project, job.job_id):
