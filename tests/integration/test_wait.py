@@ -17,7 +17,8 @@ import pytest
 
 from nw import jobs
 from nw.errors import InvalidType, InvalidValue
-from nw.jobs import aio, waiting
+from nw.jobs import aio
+from nw.jobs.api import waiting
 from nw.jobs.core.model import JobsConfig
 from nw.jobs.execution.runtime import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
