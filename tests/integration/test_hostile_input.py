@@ -16,6 +16,7 @@ import pytest
 
 from nw import jobs
 from nw.errors import InvalidInput
+from nw.jobs.core import kinds
 from nw.jobs.core.checks import MAX_DEPTH, MAX_KEY_CHARS, MAX_LABEL_CHARS, MAX_NAME_CHARS
 from nw.jobs.core.ids import MAX_UNITS
 from tests.conftest import stored_jobs
@@ -96,7 +97,7 @@ def registered_body(project, params):  # run by a worker; never here
 def registered_kind():
     jobs.register_kind(KIND, "tests.integration.test_hostile_input:registered_body")
     yield
-    jobs.kinds.unregister_kind(KIND)
+    kinds.unregister_kind(KIND)
 
 
 def call(project, cfg, fields: dict):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from nw import jobs
 from nw.errors import InvalidInput
+from nw.jobs.core import kinds
 from tests.conftest import stored_jobs
 
 pytest.importorskip("starlette")
@@ -94,7 +95,7 @@ def registered_body(project, params):  # run by a worker; never here
 def registered_kind():
     jobs.register_kind(KIND, "tests.integration.test_input_properties:registered_body")
     yield
-    jobs.kinds.unregister_kind(KIND)
+    kinds.unregister_kind(KIND)
 
 
 def shown_safely(job: dict) -> None:

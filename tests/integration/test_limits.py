@@ -11,6 +11,7 @@ import pytest
 from au import ComputationStatus
 
 from nw import jobs
+from nw.jobs.core import kinds
 from nw.jobs.stores import shared_store
 from tests.conftest import clear_postgres_limits
 from tests.fixtures import bodies
@@ -22,7 +23,7 @@ from tests.integration.workers import start_worker, stop
 def _kinds():
     bodies.register_all()
     yield
-    jobs.kinds.unregister_kind("t.keyed")
+    kinds.unregister_kind("t.keyed")
 
 
 @pytest.fixture(autouse=True)

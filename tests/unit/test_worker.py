@@ -132,7 +132,7 @@ def test_the_stop_log_counts_every_job_put_back(project, worker, clock, caplog):
         worker._launches[f"{n:064x}"] = launch
         worker._released(f"{n:064x}")
     assert worker.stopped_back == 1  # the launch that ended otherwise is not counted
-    with caplog.at_level(logging.INFO, logger="nw.jobs.execution.worker"):
+    with caplog.at_level(logging.INFO, logger="nw.jobs.worker"):
         assert worker._drain() == 0
     assert "1 job(s) requeued (1 stopped at a boundary, 0 still running" in caplog.text
 
