@@ -31,6 +31,9 @@ from nw.errors import InvalidType, InvalidValue
 LimitKeySpec = str | Callable[[Mapping[str, Any]], Any] | None
 MAX_KEY_LEN = 200
 RATE_WINDOW_S = 1.0
+#: How many rounds a claim reads candidates: a round that finds a key full
+#: is followed by one that passes over that key (both stores, one bound).
+CLAIM_ROUNDS = 4
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,7 @@ overwrite a newer attempt or a final state.
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -36,6 +34,7 @@ from au import ComputationResult, ComputationStatus, ComputationStore
 from nw.jobs.core.limits import Limit, NotYet
 from nw.jobs.core.records import JobRow
 from nw.jobs.core.storable import storable_finish
+from nw.jobs.stores.columns import actor_id_of
 
 if TYPE_CHECKING:
     from nw.jobs.stores.index_view import IndexView
@@ -44,29 +43,6 @@ log = logging.getLogger("nw.jobs")
 
 #: How many bounds the duration histogram's statement takes (``durations``).
 DURATION_BOUNDS = 10
-
-#: Record fields every backend keeps as real columns (filtered, ordered, fenced).
-COLUMNS = (
-    "job_id",
-    "created_at",
-    "kind",
-    "attempt",
-    "cancel_requested",
-    "started_at",
-    "finished_at",
-    "heartbeat_at",
-    "runner_id",
-)
-
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@functools.lru_cache(maxsize=1024)
-def is_field_name(name: Hashable) -> bool:
-    """A record field name a store accepts in a patch: an identifier (a doc
-    key and a column name alike). Cached: every finish checks each of its
-    fields' names."""
-    return isinstance(name, str) and _FIELD_NAME.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
@@ -524,20 +500,6 @@ def as_stored(
 
 def utc_iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, tz=UTC).isoformat()
-
-
-def split_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(column values, doc fields) of a record."""
-    cols = {k: record.get(k) for k in COLUMNS}
-    cols["cancel_requested"] = bool(cols["cancel_requested"])
-    cols["attempt"] = int(cols["attempt"] or 0)
-    doc = {k: v for k, v in record.items() if k not in COLUMNS}
-    return cols, doc
-
-
-def actor_id_of(record: Mapping[str, Any]) -> str | None:
-    actor = record.get("actor")
-    return str(actor["id"]) if isinstance(actor, Mapping) and actor.get("id") else None
 
 
 def rollup_rows(rows: Iterable[JobRow]) -> list[dict[str, Any]]:

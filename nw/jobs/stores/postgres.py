@@ -69,27 +69,21 @@ from nw.jobs.core.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.core.records import JobRow
 from nw.jobs.core.storable import storable, storable_fields
 from nw.jobs.stores.base import (
-    COLUMNS,
-    JobStore,
     Refill,
-    actor_id_of,
     as_stored,
-    bound_args,
-    bucketed,
     carry_over,
     check_distinct,
     due_at,
-    is_field_name,
     rollup_rows,
     settled_error,
-    split_record,
-    utc_day,
 )
+from nw.jobs.stores.columns import COLUMNS, patch_values, row_values
 from nw.jobs.stores.group_commit import GroupCommit
 from nw.jobs.stores.pg_database import Conn, Database, RetryNow, one, one_row
 from nw.jobs.stores.pg_listen import PgWakeListener
 from nw.jobs.stores.pg_pool import close_pools as _close_pools
 from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
+from nw.jobs.stores.shared import SharedStore
 from nw.jobs.stores.sql import load_queries
 
 __all__ = ["PostgresJobStore", "close_pools", "migrate", "open_postgres_store"]
@@ -138,10 +132,11 @@ def channel_for(project_id: str, prefix: str = "nw_jobs_") -> str:
 CHANGES_PREFIX = "nw_chg_"
 
 
-class PostgresJobStore(JobStore):
+class PostgresJobStore(SharedStore):
     """One project's jobs in a PostgreSQL database (see the module docstring)."""
 
     limit_scope = "database"  # the limits table is not per project
+    PAGE_BY_STATE = True
 
     def __init__(
         self,
@@ -206,9 +201,24 @@ class PostgresJobStore(JobStore):
     def close(self) -> None:
         """Nothing to release per store: the pool is per URL (``close_pools``)."""
 
+    # ----- the connector (nw/jobs/stores/shared.py) -----------------------------------
+    def _all(self, name: str, args: Mapping[str, Any] | None = None) -> Sequence[Mapping[str, Any]]:
+        return self._read(name, args or {})
+
+    def _run(self, name: str, args: Mapping[str, Any]) -> int:
+        return int(self._exec(name, args, lambda cur: cur.rowcount))
+
+    def _from_json(self, value: Any) -> Any:
+        return value  # jsonb arrives decoded
+
+    def _to_json(self, value: Any) -> Any:
+        return _jsonb(value)
+
+    def _from_time(self, value: Any) -> datetime:
+        return value  # timestamptz arrives as a datetime
+
     # ----- decoding ------------------------------------------------------------------
-    @staticmethod
-    def _row(r: Mapping[str, Any]) -> JobRow:
+    def _row(self, r: Mapping[str, Any]) -> JobRow:
         record = dict(r["doc"]) if isinstance(r["doc"], dict) else {}
         for name in COLUMNS:
             record[name] = r[name]
@@ -216,85 +226,19 @@ class PostgresJobStore(JobStore):
 
     @staticmethod
     def _patch_fields(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(column fields, doc fields) of a patch, with the mirrored columns."""
-        cols: dict[str, Any] = {}
-        doc: dict[str, Any] = {}
-        for name, value in fields.items():
-            if not is_field_name(name):
-                raise ValueError(f"not a record field name: {name!r}")
-            if name == "job_id":
-                continue
-            if name in COLUMNS:
-                cols[name] = bool(value) if name == "cancel_requested" else value
-            else:
-                doc[name] = value
-        if "actor" in fields:
-            cols["actor_id"] = actor_id_of(fields)
-        if "idempotency_key" in fields:
-            key = fields["idempotency_key"]
-            cols["idempotency_key"] = key if isinstance(key, str) else None
-        return cols, doc
+        """(column fields, doc fields) of a patch (``columns.patch_values``)."""
+        return patch_values(fields)
 
     def _patch_args(self, fields: Mapping[str, Any]) -> dict[str, Any]:
-        cols, doc = self._patch_fields(fields)
+        cols, doc = patch_values(fields)
         return {"cols": _jsonb(cols), "doc": _jsonb(doc)}
 
     def _record_args(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """The parameters of a whole record (``create``, ``replace``, ``put_record``)."""
-        cols, doc = split_record(record)
-        key = record.get("idempotency_key")
-        return {
-            **cols,
-            "idempotency_key": key if isinstance(key, str) else None,
-            "actor_id": actor_id_of(record),
-            "doc": _jsonb(doc),
-            "channel": self.channel,
-            "limit_key": record.get("limit_key"),
-            "priority": int(record.get("priority") or 0),
-        }
+        cols, doc = row_values(record)
+        return {**cols, "doc": _jsonb(doc), "channel": self.channel}
 
     # ----- reads ---------------------------------------------------------------------
-    def get(self, job_id: str) -> JobRow | None:
-        rows = self._read("get", {"job_id": job_id})
-        return self._row(rows[0]) if rows else None
-
-    def page(
-        self,
-        *,
-        status: str | None = None,
-        actor_id: str | None = None,
-        kind: str | None = None,
-        grade: str | None = None,
-        q: str | None = None,
-        before: tuple[float, str] | None = None,
-        limit: int = 50,
-    ) -> list[JobRow]:
-        # The index to walk: the actor's, the kind's, the status's, else newest first.
-        query = (
-            "page_by_actor"
-            if actor_id
-            else "page_by_kind"
-            if kind
-            else "page_by_state"
-            if status
-            else "page"
-        )
-        args = {
-            "state": None if status is None else str(status),
-            "actor_id": actor_id,
-            "kind": kind,
-            "grade": grade,
-            "q": q,
-            "before_at": None if before is None else float(before[0]),
-            "before_id": None if before is None else before[1],
-            "limit": int(limit),
-        }
-        return [self._row(r) for r in self._read("page", args, query)]
-
-    def live(self, *, claimable: bool = True) -> list[JobRow]:
-        query = "live" if claimable else "live_unclaimable"
-        return [self._row(r) for r in self._read(query, {})]
-
     def change_mark(self) -> tuple[Any, ...]:
         return tuple(self._read("change_mark", {})[0].values())
 
@@ -303,9 +247,6 @@ class PostgresJobStore(JobStore):
         from nw.jobs.stores import pg_changes
 
         return pg_changes.subscribe(self.db.url, self.changes_channel, callback)
-
-    def iter_ids(self) -> Iterator[str]:
-        return iter([r["job_id"] for r in self._read("iter_ids", {})])
 
     # ----- transitions ---------------------------------------------------------------
     def create(
@@ -460,22 +401,8 @@ class PostgresJobStore(JobStore):
     def _batch_row(record: Mapping[str, Any], claimable: bool, n: int) -> dict[str, Any]:
         """A new record as a row of ``create_many``'s batch (not started, not
         cancelled); ``n``, its place in the batch, orders its actor's turns."""
-        cols, doc = split_record(record)
-        key = record.get("idempotency_key")
-        return {
-            "job_id": cols["job_id"],
-            "created_at": cols["created_at"],
-            "kind": cols["kind"],
-            "idempotency_key": key if isinstance(key, str) else None,
-            "actor_id": actor_id_of(record),
-            "attempt": cols["attempt"],
-            "runner_id": cols["runner_id"],
-            "doc": doc,
-            "queue_at": due_at(record) if claimable else None,
-            "limit_key": record.get("limit_key"),
-            "priority": int(record.get("priority") or 0),
-            "n": n,
-        }
+        cols, doc = row_values(record)
+        return {**cols, "doc": doc, "queue_at": due_at(record) if claimable else None, "n": n}
 
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
         params = self._params(
@@ -612,7 +539,7 @@ class PostgresJobStore(JobStore):
         ``first``: the rows of a first round already run (a folded refill's)."""
         out: list[JobRow] = []
         skip: list[str] = []
-        for _round in range(3):
+        for _round in range(limits.CLAIM_ROUNDS):
             want = limit - len(out)
             if want <= 0:
                 break
@@ -896,62 +823,24 @@ class PostgresJobStore(JobStore):
 
         return self._write("append_progress", op)
 
-    def progress(self, job_id: str, *, limit: int) -> list[dict[str, Any]]:
-        rows = self._read("progress", {"job_id": job_id, "limit": int(limit)})
-        return [
-            {
-                "ts": r["ts"],
-                "pct": r["pct"],
-                "message": r["message"],
-                "stage": r["stage"],
-                "attempt": r["attempt"],
-            }
-            for r in reversed(rows)
-        ]
-
-    def register_runner(self, runner_id: str, info: Mapping[str, Any], *, now: float) -> None:
-        args = {"runner_id": runner_id, "info": _jsonb(dict(info)), "now": now}
-        self._exec("register_runner", args)
-
-    def unregister_runner(self, runner_id: str) -> None:
-        self._exec("unregister_runner", {"runner_id": runner_id})
-
-    def runners(self) -> list[dict[str, Any]]:
-        return [_runner(r) for r in self._read("runners", {})]
-
     def beat_runner(self, runner_id: str, *, now: float) -> list[dict[str, Any]]:
         args = {"runner_id": runner_id, "now": now}
         rows = self._exec("beat_runner", args, lambda cur: cur.fetchall())
         return self._beaten(rows, runner_id, now)
 
-    @staticmethod
-    def _beaten(rows: list[Mapping[str, Any]], runner_id: str, now: float) -> list[dict[str, Any]]:
+    def _beaten(
+        self, rows: list[Mapping[str, Any]], runner_id: str, now: float
+    ) -> list[dict[str, Any]]:
         """``beat_runner``'s rows: it reads the runners as they were before its
         own update, so the beating runner's row is stamped here (as the update
         wrote it: never back)."""
         return [
             {
-                **_runner(r),
+                **self._runner(r),
                 **({"beat_at": _later(r["beat_at"], now)} if r["runner_id"] == runner_id else {}),
             }
             for r in rows
         ]
-
-    def spend(self, *, actor_id: str | None = None, since: float | None = None) -> dict[str, Any]:
-        if actor_id is None:
-            r = self._read("spend", {})[0]
-            pruned = self._read("rollup_spend", {})[0]
-        else:
-            since = since if since is not None else 0.0
-            args = {"actor_id": actor_id, "since": since, "since_day": utc_day(since)}
-            r = self._read("spend_by_actor", args)[0]
-            pruned = self._read("rollup_spend_by_actor", args)[0]
-        return {
-            "actual_usd": float(r["actual_usd"]) + float(pruned["usd"]),
-            "live_estimated_usd": float(r["live_estimated_usd"]),
-            "live_unknown": int(r["live_unknown"]),
-            "lower_bound": bool(r["lower_bound"]) or bool(pruned["lower_bound"]),
-        }
 
     # ----- history: prune, totals, metrics -------------------------------------------
     def prune(self, *, cutoff: float, batch: int = 500) -> int:
@@ -979,28 +868,6 @@ class PostgresJobStore(JobStore):
             if done < batch:
                 return deleted
 
-    def count_finished_before(self, *, cutoff: float) -> int:
-        return int(self._read("count_finished_before", {"cutoff": float(cutoff)})[0]["n"])
-
-    def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
-        args = {
-            "since": since,
-            "today": today,
-            "since_day": utc_day(since),
-            "today_day": utc_day(today),
-        }
-        return [
-            {**r, "usd": float(r["usd"] or 0.0), "lower_bound": bool(r["lower_bound"])}
-            for r in self._read("spend_since", args)
-        ]
-
-    def counts(self) -> list[dict[str, Any]]:
-        return [{**r, "n": int(r["n"])} for r in self._read("counts", {})]
-
-    def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
-        rows = self._read("durations", bound_args(bounds))
-        return {r["kind"]: bucketed(r, bounds) for r in rows}
-
     # ----- waking idle workers -------------------------------------------------------
     def wake_listener(self, runner_id: str) -> PgWakeListener:
         """``LISTEN`` on this project's channel (one dedicated connection); a
@@ -1023,21 +890,6 @@ class PostgresJobStore(JobStore):
         """Delete every row of this project (tests, benchmarks, retiring a project)."""
         return self._exec("purge", {}, lambda cur: cur.fetchone()["jobs"])
 
-    def get_status(self, job_id: str) -> ComputationResult | None:
-        rows = self._read("get_status", {"job_id": job_id})
-        if not rows:
-            return None
-        r = rows[0]
-        return ComputationResult(
-            value=r["value"],
-            status=ComputationStatus(r["status"]),
-            error=Exception(r["error"]) if r["error"] else None,
-            created_at=r["created_at"],
-            completed_at=r["completed_at"],
-            metadata={"attempt": r["attempt"]},
-            terminal_reason=r["terminal_reason"],
-        )
-
     def put_status(self, job_id: str, result: ComputationResult) -> None:
         """Write a job's au status entry (its row's ``au_`` columns); ``KeyError``
         for a job not in the store (its entry is part of its row)."""
@@ -1055,71 +907,16 @@ class PostgresJobStore(JobStore):
     # ----- spend policy (nw/jobs/api/budgets.py) -----------------------------------------
     budget_scope = "database"  # the budgets count every project of the database
 
-    def budgets(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._read("budgets", {})]
-
-    def set_budget(
-        self,
-        key: str,
-        *,
-        usd: float | None,
-        per: str | None,
-        actor_id: str | None,
-        kind: str | None,
-        now: float,
-    ) -> None:
-        args = {"key": key, "usd": usd, "per": per, "actor_id": actor_id, "kind": kind}
-        self._exec("delete_budget" if usd is None else "set_budget", {**args, "now": now})
-
-    def policy_rows(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._read("policy", {})]
-
-    def approval(self) -> dict[str, Any] | None:
-        rows = self._read("approval", {})
-        return dict(rows[0]) if rows else None
-
-    def set_approval(self, *, threshold_usd: float | None, mode: str, now: float) -> None:
-        self._exec("set_approval", {"threshold_usd": threshold_usd, "mode": mode, "now": now})
-
     def hold_budgets(self, keys: Sequence[str]) -> None:
         """Lock these budgets' rows for the rest of the admitted create (see ``lock_budgets``)."""
         if keys:
             self._read("lock_budgets", {"keys": sorted(keys)})
-
-    def budget_spend(
-        self, *, since: float | None, actor_id: str | None, kind: str | None
-    ) -> dict[str, Any]:
-        day = utc_day(since) if since is not None else None
-        args = {"since": since, "since_day": day, "actor_id": actor_id, "kind": kind}
-        r = self._read("budget_spend", args)[0]
-        pruned = self._read("budget_rollup_spend", args)[0]
-        return {
-            "actual_usd": float(r["actual_usd"]) + float(pruned["usd"]),
-            "live_estimated_usd": float(r["live_estimated_usd"]),
-            "live_unknown": int(r["live_unknown"]),
-            "lower_bound": bool(r["lower_bound"]) or bool(pruned["lower_bound"]),
-        }
-
-    def quoted_and_billed(
-        self, *, since: float, kind: str | None, limit: int
-    ) -> list[dict[str, Any]]:
-        args = {"since": since, "kind": kind, "limit": int(limit)}
-        return [dict(r) for r in self._read("quoted_and_billed", args)]
 
 
 def _aware(when: datetime | None) -> datetime | None:
     if when is None or when.tzinfo is not None:
         return when
     return when.astimezone(UTC)  # a naive datetime means local time
-
-
-def _runner(r: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **r["info"],
-        "runner_id": r["runner_id"],
-        "started_at": r["started_at"],
-        "beat_at": r["beat_at"],
-    }
 
 
 def _later(beat_at: float | None, now: float) -> float:

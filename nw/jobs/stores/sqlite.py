@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from au import ComputationResult, ComputationStatus
 
@@ -36,21 +36,15 @@ from nw.jobs.core.records import JobRow, unreadable_record
 from nw.jobs.core.storable import storable, storable_fields
 from nw.jobs.execution.wake import WakeListener, wake_runners
 from nw.jobs.stores.base import (
-    COLUMNS,
-    JobStore,
-    actor_id_of,
     as_stored,
-    bound_args,
-    bucketed,
     carry_over,
     check_distinct,
     due_at,
-    is_field_name,
     rollup_rows,
-    split_record,
-    utc_day,
     utc_iso,
 )
+from nw.jobs.stores.columns import COLUMNS, PATCHED_BY_FLAG, patch_values, patched_alone, row_values
+from nw.jobs.stores.shared import SharedStore
 from nw.jobs.stores.sql import load_queries
 
 DB_NAME = "jobs.sqlite3"
@@ -62,31 +56,13 @@ LIMITS_VERSION = 4
 #: The version that added the spend policy (budgets, approval).
 POLICY_VERSION = 5
 Q = load_queries("sqlite_queries.sql")
+#: The columns a patch sets by a statement of their own (``patch_<name>``).
+_PATCHED_ALONE = patched_alone("sqlite")
 UPGRADES = load_queries("sqlite_upgrades.sql")
-#: The columns the ``patch`` statement sets by flag; the indexed ones have a
-#: statement each (see ``patch`` in sqlite_queries.sql).
-_PATCHED_BY_FLAG = (
-    "kind",
-    "attempt",
-    "cancel_requested",
-    "started_at",
-    "heartbeat_at",
-    "runner_id",
-)
-_PATCHED_ALONE = ("created_at", "actor_id", "finished_at")
 
 
 def _dumps(value: Any) -> str:
     return stored_json(value)
-
-
-def _runner(r: sqlite3.Row) -> dict[str, Any]:
-    return {
-        **json.loads(r["info"]),
-        "runner_id": r["runner_id"],
-        "started_at": r["started_at"],
-        "beat_at": r["beat_at"],
-    }
 
 
 def _use_wal(conn: sqlite3.Connection, *, within_s: float = 30.0) -> None:
@@ -108,7 +84,18 @@ def _use_wal(conn: sqlite3.Connection, *, within_s: float = 30.0) -> None:
             pause = min(pause * 2, 0.05)
 
 
-class SqliteJobStore(JobStore):
+class SqliteJobStore(SharedStore):
+    ROLLUP_QUERIES: ClassVar[Mapping[str, str]] = {
+        "spend_since": "rollup_since",
+        "counts": "rollup_counts",
+    }
+    #: The schema version that added each feature's tables (``_has``).
+    FEATURE_VERSIONS: ClassVar[Mapping[str, int]] = {
+        "rollup": ROLLUP_VERSION,
+        "limits": LIMITS_VERSION,
+        "policy": POLICY_VERSION,
+    }
+
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False):
         self.path = Path(path)
         self.read_only = read_only
@@ -212,8 +199,34 @@ class SqliteJobStore(JobStore):
         with self._lock:
             self._conn.close()
 
+    # ----- the connector (nw/jobs/stores/shared.py) -------------------------------
+    def _all(self, name: str, args: Mapping[str, Any] | None = None) -> Sequence[Mapping[str, Any]]:
+        with self._cursor() as c:
+            return c.execute(Q[name], args or {}).fetchall()
+
+    def _run(self, name: str, args: Mapping[str, Any]) -> int:
+        with self._cursor(write=True) as c:
+            return c.execute(Q[name], args).rowcount
+
+    def _from_json(self, value: Any) -> Any:
+        return json.loads(value)
+
+    def _to_json(self, value: Any) -> Any:
+        return _dumps(value)
+
+    def _from_time(self, value: Any) -> datetime:
+        return datetime.fromisoformat(value)
+
+    def _has(self, feature: str) -> bool:
+        """A writable handle upgraded the file; a read-only one may read an older file."""
+        if not self.read_only:
+            return True
+        with self._cursor() as c:
+            version = c.execute("PRAGMA user_version").fetchone()[0]
+        return version >= self.FEATURE_VERSIONS[feature]
+
     # ----- decoding --------------------------------------------------------------
-    def _row(self, r: sqlite3.Row) -> JobRow:
+    def _row(self, r: Mapping[str, Any]) -> JobRow:
         job_id = r["job_id"]
         try:
             doc = json.loads(r["doc"])
@@ -242,42 +255,6 @@ class SqliteJobStore(JobStore):
         return None if r is None else self._row(r)
 
     # ----- reads -----------------------------------------------------------------
-    def get(self, job_id: str) -> JobRow | None:
-        with self._cursor() as c:
-            return self._get(c, job_id)
-
-    def page(
-        self,
-        *,
-        status: str | None = None,
-        actor_id: str | None = None,
-        kind: str | None = None,
-        grade: str | None = None,
-        q: str | None = None,
-        before: tuple[float, str] | None = None,
-        limit: int = 50,
-    ) -> list[JobRow]:
-        # The index to walk: the actor's, the kind's, else the newest-first one.
-        query = "page_by_actor" if actor_id else "page_by_kind" if kind else "page"
-        args = {
-            "state": None if status is None else str(status),
-            "actor_id": actor_id,
-            "kind": kind,
-            "grade": grade,
-            "q": q,
-            "before_at": None if before is None else float(before[0]),
-            "before_id": None if before is None else before[1],
-            "limit": int(limit),
-        }
-        with self._cursor() as c:
-            rows = c.execute(Q[query], args).fetchall()
-        return [self._row(r) for r in rows]
-
-    def live(self, *, claimable: bool = True) -> list[JobRow]:
-        with self._cursor() as c:
-            rows = c.execute(Q["live" if claimable else "live_unclaimable"]).fetchall()
-        return [self._row(r) for r in rows]
-
     def change_mark(self) -> tuple[int, int]:
         # data_version moves on a commit by any other connection, total_changes
         # on this one's own writes; both are free (no table is read).
@@ -290,23 +267,10 @@ class SqliteJobStore(JobStore):
 
         return file_changes.subscribe(self.path.parent, callback)
 
-    def iter_ids(self) -> Iterator[str]:
-        with self._cursor() as c:
-            ids = [r["job_id"] for r in c.execute(Q["iter_ids"])]
-        return iter(ids)
-
     # ----- transitions -----------------------------------------------------------
     def _put_job(self, c: sqlite3.Connection, record: Mapping[str, Any]) -> dict[str, Any]:
-        cols, doc = split_record(record)
-        args = {
-            **cols,
-            "actor_id": actor_id_of(record),
-            "cancel_requested": int(cols["cancel_requested"]),
-            "doc": _dumps(doc),
-            "limit_key": record.get("limit_key"),
-            "priority": int(record.get("priority") or 0),
-        }
-        c.execute(Q["put_job"], args)
+        cols, doc = row_values(record)
+        c.execute(Q["put_job"], {**cols, "doc": _dumps(doc)})
         return cols
 
     def create(
@@ -448,7 +412,7 @@ class SqliteJobStore(JobStore):
             skip = sorted(key for key, room in free.items() if room == 0)
             ids: list[str] = []
             keys: list[str | None] = []
-            for _round in range(4):
+            for _round in range(limits.CLAIM_ROUNDS):
                 want = int(limit) - len(ids)
                 args = {
                     "now": now,
@@ -485,7 +449,7 @@ class SqliteJobStore(JobStore):
 
     def limits(self, *, now: float) -> list[limits.Limit]:
         with self._cursor() as c:
-            rows = c.execute(Q["limit_rooms"]).fetchall() if self._has_limits(c) else []
+            rows = c.execute(Q["limit_rooms"]).fetchall() if self._has("limits") else []
         return [
             limits.Limit(
                 r["limit_key"],
@@ -499,7 +463,7 @@ class SqliteJobStore(JobStore):
 
     def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
         with self._cursor() as c:
-            if not self._has_limits(c):  # an older file, read-only: no claim order to replay
+            if not self._has("limits"):  # an older file, read-only: no claim order to replay
                 return []
             return [dict(r) for r in c.execute(Q["queue_ahead"], {"limit": int(limit)})]
 
@@ -522,31 +486,21 @@ class SqliteJobStore(JobStore):
         own statement), doc fields merged into ``doc`` (the job's current doc
         text) at the top level."""
         args: dict[str, Any] = {"job_id": job_id, "doc": None, "doc_patch": None}
-        args.update({f"set_{name}": False for name in _PATCHED_BY_FLAG})
-        args.update(dict.fromkeys(_PATCHED_BY_FLAG))
-        alone: list[str] = []
-        merged: dict[str, Any] = {}
-        for name, value in fields.items():
-            if not is_field_name(name):
-                raise ValueError(f"not a record field name: {name!r}")
-            if name == "job_id":
-                continue
-            if name in COLUMNS:
-                args[name] = int(bool(value)) if name == "cancel_requested" else value
-                if name in _PATCHED_ALONE:
-                    alone.append(name)
-                else:
-                    args[f"set_{name}"] = True
-            else:
-                merged[name] = value
-        if "actor" in fields:
-            args["actor_id"] = actor_id_of(fields)
-            alone.append("actor_id")
+        args.update({f"set_{name}": False for name in PATCHED_BY_FLAG})
+        args.update(dict.fromkeys(PATCHED_BY_FLAG))
+        cols, merged = patch_values(fields)
+        alone = [name for name in cols if name in _PATCHED_ALONE]
+        for name, value in cols.items():
+            if name in PATCHED_BY_FLAG:
+                args[name] = value
+                args[f"set_{name}"] = True
+            elif name in _PATCHED_ALONE:
+                args[name] = value
         if any(value is None or isinstance(value, dict) for value in merged.values()):
             args["doc"] = self._merged_doc(job_id, doc, merged)
         elif merged:  # merged by SQLite: no parse and re-dump of the doc here
             args["doc_patch"] = _dumps(merged)
-        if merged or any(args[f"set_{name}"] for name in _PATCHED_BY_FLAG):
+        if merged or any(args[f"set_{name}"] for name in PATCHED_BY_FLAG):
             c.execute(Q["patch"], args)
         for name in alone:
             c.execute(Q[f"patch_{name}"], args)
@@ -682,70 +636,11 @@ class SqliteJobStore(JobStore):
             c.execute(Q["append_progress"], args)
             return True
 
-    def progress(self, job_id: str, *, limit: int) -> list[dict[str, Any]]:
-        with self._cursor() as c:
-            rows = c.execute(Q["progress"], {"job_id": job_id, "limit": int(limit)}).fetchall()
-        return [
-            {
-                "ts": r["ts"],
-                "pct": r["pct"],
-                "message": r["message"],
-                "stage": None if r["stage"] is None else json.loads(r["stage"]),
-                "attempt": r["attempt"],
-            }
-            for r in reversed(rows)
-        ]
-
-    def register_runner(self, runner_id: str, info: Mapping[str, Any], *, now: float) -> None:
-        args = {"runner_id": runner_id, "info": _dumps(dict(info)), "now": now}
-        with self._cursor(write=True) as c:
-            c.execute(Q["register_runner"], args)
-
-    def unregister_runner(self, runner_id: str) -> None:
-        with self._cursor(write=True) as c:
-            c.execute(Q["unregister_runner"], {"runner_id": runner_id})
-
-    def runners(self) -> list[dict[str, Any]]:
-        with self._cursor() as c:
-            rows = c.execute(Q["runners"]).fetchall()
-        return [_runner(r) for r in rows]
-
     def beat_runner(self, runner_id: str, *, now: float) -> list[dict[str, Any]]:
         with self._cursor(write=True) as c:
             c.execute(Q["beat_runner"], {"now": now, "runner_id": runner_id})
             rows = c.execute(Q["runners"]).fetchall()
-        return [_runner(r) for r in rows]
-
-    def spend(self, *, actor_id: str | None = None, since: float | None = None) -> dict[str, Any]:
-        with self._cursor() as c:
-            if actor_id is None:
-                r = c.execute(Q["spend"]).fetchone()
-                pruned = c.execute(Q["rollup_spend"]).fetchone() if self._has_rollup(c) else None
-            else:
-                since = since if since is not None else 0.0
-                args = {"actor_id": actor_id, "since": since, "since_day": utc_day(since)}
-                r = c.execute(Q["spend_by_actor"], args).fetchone()
-                pruned = None
-                if self._has_rollup(c):
-                    pruned = c.execute(Q["rollup_spend_by_actor"], args).fetchone()
-        return {
-            "actual_usd": float(r["actual_usd"]) + (float(pruned["usd"]) if pruned else 0.0),
-            "live_estimated_usd": float(r["live_estimated_usd"]),
-            "live_unknown": int(r["live_unknown"]),
-            "lower_bound": bool(r["lower_bound"]) or bool(pruned and pruned["lower_bound"]),
-        }
-
-    def _has_limits(self, c: sqlite3.Connection) -> bool:
-        """Limits and turns exist (a read-only handle may read an older file)."""
-        if not self.read_only:
-            return True
-        return c.execute("PRAGMA user_version").fetchone()[0] >= LIMITS_VERSION
-
-    def _has_rollup(self, c: sqlite3.Connection) -> bool:
-        """A writable handle upgraded the file; a read-only one may read an older file."""
-        if not self.read_only:
-            return True
-        return c.execute("PRAGMA user_version").fetchone()[0] >= ROLLUP_VERSION
+        return [self._runner(r) for r in rows]
 
     # ----- history: prune, totals, metrics ------------------------------------------
     def prune(self, *, cutoff: float, batch: int = 500) -> int:
@@ -766,38 +661,6 @@ class SqliteJobStore(JobStore):
             deleted += len(rows)
             if len(rows) < batch:
                 return deleted
-
-    def count_finished_before(self, *, cutoff: float) -> int:
-        with self._cursor() as c:
-            return int(c.execute(Q["count_finished_before"], {"cutoff": cutoff}).fetchone()[0])
-
-    def spend_since(self, *, since: float, today: float) -> list[dict[str, Any]]:
-        args = {
-            "since": since,
-            "today": today,
-            "since_day": utc_day(since),
-            "today_day": utc_day(today),
-        }
-        with self._cursor() as c:
-            rows = [dict(r) for r in c.execute(Q["spend_since"], args)]
-            if self._has_rollup(c):
-                rows += [dict(r) for r in c.execute(Q["rollup_since"], args)]
-        return [
-            {**r, "today": bool(r["today"]), "lower_bound": bool(r["lower_bound"])} for r in rows
-        ]
-
-    def counts(self) -> list[dict[str, Any]]:
-        with self._cursor() as c:
-            rows = [dict(r) for r in c.execute(Q["counts"])]
-            if self._has_rollup(c):
-                rows += [dict(r) for r in c.execute(Q["rollup_counts"])]
-        return [{**r, "grade": r["grade"] or None, "n": int(r["n"])} for r in rows]
-
-    def durations(self, bounds: Sequence[float]) -> dict[str, dict[str, Any]]:
-        args = bound_args(bounds)
-        with self._cursor() as c:
-            rows = c.execute(Q["durations"], args).fetchall()
-        return {r["kind"]: bucketed(r, bounds) for r in rows}
 
     # ----- waking idle workers ----------------------------------------------------
     def wake_listener(self, runner_id: str) -> WakeListener:
@@ -822,22 +685,6 @@ class SqliteJobStore(JobStore):
             for query in ("delete_job", "delete_status", "delete_progress"):
                 c.execute(Q[query], {"job_id": job_id})
 
-    def get_status(self, job_id: str) -> ComputationResult | None:
-        with self._cursor() as c:
-            r = c.execute(Q["get_status"], {"job_id": job_id}).fetchone()
-        if r is None:
-            return None
-        completed = r["completed_at"]
-        return ComputationResult(
-            value=None if r["value"] is None else json.loads(r["value"]),
-            status=ComputationStatus(r["status"]),
-            error=Exception(r["error"]) if r["error"] else None,
-            created_at=datetime.fromisoformat(r["created_at"]),
-            completed_at=datetime.fromisoformat(completed) if completed else None,
-            metadata={"attempt": r["attempt"]},
-            terminal_reason=r["terminal_reason"],
-        )
-
     def put_status(self, job_id: str, result: ComputationResult) -> None:
         """Write a job's au status entry; ``KeyError`` for a job not in the store."""
         args = {
@@ -855,76 +702,5 @@ class SqliteJobStore(JobStore):
             raise KeyError(f"no job {job_id!r} in this store")
 
     # ----- spend policy (nw/jobs/api/budgets.py) ---------------------------------------
-    def _has_policy(self, c: sqlite3.Connection) -> bool:
-        """A read-only handle may read a file older than the spend policy."""
-        if not self.read_only:
-            return True
-        return c.execute("PRAGMA user_version").fetchone()[0] >= POLICY_VERSION
-
-    def budgets(self) -> list[dict[str, Any]]:
-        with self._cursor() as c:
-            rows = c.execute(Q["budgets"]).fetchall() if self._has_policy(c) else []
-        return [dict(r) for r in rows]
-
-    def set_budget(
-        self,
-        key: str,
-        *,
-        usd: float | None,
-        per: str | None,
-        actor_id: str | None,
-        kind: str | None,
-        now: float,
-    ) -> None:
-        args = {"key": key, "usd": usd, "per": per, "actor_id": actor_id, "kind": kind}
-        with self._cursor(write=True) as c:
-            c.execute(Q["delete_budget" if usd is None else "set_budget"], {**args, "now": now})
-
-    def policy_rows(self) -> list[dict[str, Any]]:
-        with self._cursor() as c:
-            rows = c.execute(Q["policy"]).fetchall() if self._has_policy(c) else []
-        return [dict(r) for r in rows]
-
-    def approval(self) -> dict[str, Any] | None:
-        with self._cursor() as c:
-            r = c.execute(Q["approval"]).fetchone() if self._has_policy(c) else None
-        return dict(r) if r is not None else None
-
-    def set_approval(self, *, threshold_usd: float | None, mode: str, now: float) -> None:
-        args = {"threshold_usd": threshold_usd, "mode": mode, "now": now}
-        with self._cursor(write=True) as c:
-            c.execute(Q["set_approval"], args)
-
     def hold_budgets(self, keys: Sequence[str]) -> None:
         """Nothing to lock: an admitted create already holds the file's write lock."""
-
-    def budget_spend(
-        self, *, since: float | None, actor_id: str | None, kind: str | None
-    ) -> dict[str, Any]:
-        day = utc_day(since) if since is not None else None
-        args = {"since": since, "since_day": day, "actor_id": actor_id, "kind": kind}
-        with self._cursor() as c:
-            r = c.execute(Q["budget_spend"], args).fetchone()
-            pruned = c.execute(Q["budget_rollup_spend"], args).fetchone()
-        return {
-            "actual_usd": float(r["actual_usd"]) + float(pruned["usd"]),
-            "live_estimated_usd": float(r["live_estimated_usd"]),
-            "live_unknown": int(r["live_unknown"]),
-            "lower_bound": bool(r["lower_bound"]) or bool(pruned["lower_bound"]),
-        }
-
-    def quoted_and_billed(
-        self, *, since: float, kind: str | None, limit: int
-    ) -> list[dict[str, Any]]:
-        args = {"since": since, "kind": kind, "limit": int(limit)}
-        with self._cursor() as c:
-            rows = c.execute(Q["quoted_and_billed"], args).fetchall()
-        out = []
-        for r in rows:
-            row = dict(r)
-            try:
-                row["calls"] = json.loads(row["calls"]) if row["calls"] else None
-            except ValueError:
-                row["calls"] = None
-            out.append(row)
-        return out
