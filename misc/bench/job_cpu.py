@@ -93,8 +93,7 @@ def attempt_half(project, config, rounds: int, profile: bool) -> float:
     def run(times: int) -> None:
         for _ in range(times):
             for row in rows:
-                launch = Launch(fn=fn, project=project, retryable=spec.retryable,
-                                stopping=stopping, timeout_s=spec.timeout_s,
+                launch = Launch(fn=fn, project=project, stopping=stopping, timeout_s=spec.timeout_s,
                                 cancel_on_timeout=spec.cancel_on_timeout)  # fmt: skip
                 run_attempt(store, row, launch, config, hand_over=True)
 

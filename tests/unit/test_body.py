@@ -44,7 +44,8 @@ def test_a_retried_crash_waits_for_its_backoff_before_anyone_can_claim_it(
     def body(project, params):
         raise RuntimeError("provider hiccup")
 
-    run_attempt(store, row, Launch(fn=body, project=None, retryable=True), config)
+    # the body's launch says nothing of retries: the run's recorded policy decides
+    run_attempt(store, row, Launch(fn=body, project=None), config)
     back = store.get(ID)
     assert back.status.value == "queued"
     assert back.record["error"] == "RuntimeError: provider hiccup"
@@ -56,14 +57,14 @@ def test_a_retried_crash_waits_for_its_backoff_before_anyone_can_claim_it(
     assert attempt_in_run(again.record) == 2
 
 
-def test_a_crash_of_a_kind_the_worker_does_not_retry_fails(store, claimed, config, caplog):
-    row = claimed(ID, retryable=True, max_attempts=3)
+def test_a_crash_of_a_run_recorded_not_retried_fails(store, claimed, config, caplog):
+    row = claimed(ID, retryable=False, max_attempts=1)
 
     def body(project, params):
         raise RuntimeError("upstream 502")
 
     with caplog.at_level("ERROR", logger="nw.jobs"):
-        run_attempt(store, row, Launch(fn=body, project=None, retryable=False), config)
+        run_attempt(store, row, Launch(fn=body, project=None), config)
     got = store.get(ID)
     assert got.status.value == "failed" and got.record["error_kind"] == "crashed"
     # the log says the error once, not twice ("... (RuntimeError: upstream 502)")
@@ -120,7 +121,7 @@ def test_a_body_stopped_by_a_shutdown_goes_back_without_spending_an_attempt(
         assert should_cancel()
         raise JobCancelled("stopped at a boundary")
 
-    launch = Launch(fn=body, project=None, retryable=True, stopping=stopping)
+    launch = Launch(fn=body, project=None, stopping=stopping)
     run_attempt(store, row, launch, config)
     assert launch.decided is not None and launch.decided.requeued
     back = store.get(ID)

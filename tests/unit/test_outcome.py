@@ -41,8 +41,8 @@ def test_a_retried_crash_is_due_after_its_backoff_not_at_once():
 def test_the_policy_takes_its_backoff_from_the_config_and_its_budget_from_the_record():
     policy = RetryPolicy.of({"retryable": True, "max_attempts": 4}, JobsConfig(retry_backoff_s=0.5))
     assert policy == RetryPolicy(retryable=True, max_attempts=4, backoff_s=0.5)
-    # a launch that says so overrides the record's flag
-    assert not RetryPolicy.of({"retryable": True}, JobsConfig(), retryable=False).retryable
+    # a record without the fields (an older row): one attempt, never retried
+    assert RetryPolicy.of({}, JobsConfig()) == RetryPolicy(False, 1, JobsConfig().retry_backoff_s)
 
 
 def spec(retryable=False, max_attempts=None):

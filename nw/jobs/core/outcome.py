@@ -133,14 +133,11 @@ class RetryPolicy:
         return cls(retryable=retryable, max_attempts=budget, backoff_s=config.retry_backoff_s)
 
     @classmethod
-    def of(
-        cls, record: Mapping[str, Any], config: JobsConfig, *, retryable: bool | None = None
-    ) -> RetryPolicy:
+    def of(cls, record: Mapping[str, Any], config: JobsConfig) -> RetryPolicy:
         """The policy recorded with the job when its run began (``resolve``); every
-        ending of an attempt reads it here. ``retryable`` overrides the record's
-        flag (a ``Launch`` that says so)."""
+        ending of an attempt reads it here, and only here."""
         return cls(
-            retryable=bool(record.get("retryable") if retryable is None else retryable),
+            retryable=bool(record.get("retryable")),
             max_attempts=int(record.get("max_attempts") or 1),
             backoff_s=config.retry_backoff_s,
         )

@@ -105,12 +105,6 @@ def attempt_in_run(record: Mapping[str, Any]) -> int:
     return int(record.get("attempt") or 0) - int(record.get("attempt_base") or 0)
 
 
-def retries_left(record: Mapping[str, Any]) -> bool:
-    return bool(record.get("retryable")) and attempt_in_run(record) < int(
-        record.get("max_attempts") or 1
-    )
-
-
 def unreadable_record(job_id: str, why: str) -> dict[str, Any]:
     """Stand-in for a record that cannot be decoded: reads as FAILED, says why."""
     return {

@@ -95,7 +95,6 @@ class Launch:
     on_event: Callable[[Any], None] | None = None
     capture: AbstractContextManager[Any] | None = None
     secrets: Mapping[str, str] | None = None
-    retryable: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event | None = None
     """Set when the process is shutting down: the body is asked to stop at its
@@ -275,7 +274,7 @@ def run_attempt(
         decided = outcome.decide(
             ending,
             record,
-            outcome.RetryPolicy.of(rec, config, retryable=launch.retryable),
+            outcome.RetryPolicy.of(rec, config),
             now=now,
             cancel_requested=_cancel_requested(store, job_id, launch, returned=error is None),
         )

@@ -403,8 +403,6 @@ class Worker:
             fn=fn,
             project=_project_of(rt, self),
             setup=functools.partial(self._with_secrets, rec["kind"], rec.get("params") or {}),
-            # the run's policy as recorded when it began, as the reaper reads it too
-            retryable=outcome.RetryPolicy.of(rec, self.config).retryable,
             stopping=self.stopping,
             timeout_s=spec.timeout_s,
             cancel_on_timeout=spec.cancel_on_timeout,
