@@ -218,7 +218,7 @@ def _nw_store(dsn: str, project: str):
 
     from nw.jobs import JobsConfig
     from nw.jobs.stores import open_store
-    from nw.jobs.stores.base import Refill
+    from nw.jobs.stores.roles import Refill
     from nw.project import Project
 
     store = open_store(Project(project), JobsConfig(database_url=dsn), create=True)

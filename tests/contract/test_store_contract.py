@@ -17,7 +17,7 @@ from au import ComputationResult, ComputationStatus
 
 from nw.jobs.core.errors import JobStoreError
 from nw.jobs.core.status import job_status
-from nw.jobs.stores.base import Refill
+from nw.jobs.stores.roles import Refill
 
 T0 = 1_700_000_000.0
 _ids = itertools.count(1)

@@ -458,7 +458,7 @@ def test_a_batch_takes_its_kinds_key_priorities_turns_and_delays(project, cfg):
 
 
 def test_a_refill_starts_a_limited_key_only_where_its_limit_allows(project, cfg):
-    from nw.jobs.stores.base import Refill
+    from nw.jobs.stores.roles import Refill
 
     jobs.set_limit(project, "prov:a", max_running=1, config=cfg)
     items = [("t.span", {"model": "a", "i": f"a{i}"}) for i in range(3)]

@@ -367,7 +367,7 @@ def test_a_finish_the_database_refuses_fails_alone_in_its_batch(two_queued):
 def test_a_refill_whose_statement_fails_is_answered_with_no_rows(two_queued):
     from au import ComputationStatus
 
-    from nw.jobs.stores.base import Refill
+    from nw.jobs.stores.roles import Refill
 
     # Given a running job, one queued, and a worker's refill on the store
     store, _, queued = two_queued
@@ -531,7 +531,7 @@ def test_what_lost_claims_took_is_read_until_it_is_put_back(two_queued, monkeypa
 
 
 def test_a_refill_whose_statement_fails_is_answered_after_the_finishes_are_written(pg_url):
-    from nw.jobs.stores.base import Refill
+    from nw.jobs.stores.roles import Refill
     from nw.jobs.stores.postgres import PostgresJobStore
 
     # Given two running jobs of a worker and one queued behind them

@@ -29,7 +29,7 @@ class FlakyStore:
         self.written: list[tuple] = []
 
     def finish_soon(self, job_id, **finish):
-        from nw.jobs.stores.base import settled
+        from nw.jobs.stores.roles import settled
 
         return settled(lambda: self._finish(job_id, **finish))
 

@@ -59,7 +59,7 @@ from nw.jobs.core.model import (
 )
 from nw.jobs.core.records import JobRow, attempt_in_run
 from nw.jobs.core.status import CANCELLED_AFTER_RETURN
-from nw.jobs.stores.base import JobStore, settled
+from nw.jobs.stores.roles import Running, Settling, settled
 
 if TYPE_CHECKING:
     from nw.jobs.core.kinds import KindSpec
@@ -331,7 +331,7 @@ def _cancelled(ending: Ending) -> Outcome:
     return Outcome(ComputationStatus.CANCELLED, fields, error=message, note=message)
 
 
-def end_unlaunched(store: JobStore, row: JobRow, message: str, config: JobsConfig) -> Future:
+def end_unlaunched(store: Settling, row: JobRow, message: str, config: JobsConfig) -> Future:
     """End a job whose body could not be launched (``row``: as its claim, or its
     create for an in-process body, returned it) as ``decide`` says, fenced by
     that attempt. The job is read again first: a cancel asked since then wins,
@@ -353,14 +353,14 @@ def end_unlaunched(store: JobStore, row: JobRow, message: str, config: JobsConfi
 
 
 def write(
-    store: JobStore, job_id: str, attempt: int | None, outcome: Outcome, result: Any = None
+    store: Running, job_id: str, attempt: int | None, outcome: Outcome, result: Any = None
 ) -> bool:
     """The outcome, written (fenced by ``attempt``); False when the attempt is stale."""
     return write_soon(store, job_id, attempt, outcome, result).result()
 
 
 def write_soon(
-    store: JobStore, job_id: str, attempt: int | None, outcome: Outcome, result: Any = None
+    store: Running, job_id: str, attempt: int | None, outcome: Outcome, result: Any = None
 ) -> Future:
     """``write`` as a future of its answer: a finish may still be on its way to
     the commit when this returns (``JobStore.finish_soon``); a requeue is written."""

@@ -30,7 +30,7 @@ from nw.jobs.core.eta import observed_fraction
 from nw.jobs.core.ids import check_json_params
 from nw.jobs.core.model import ERROR_KIND_CRASHED, JobsConfig
 from nw.jobs.core.records import JobRow
-from nw.jobs.stores.base import JobStore
+from nw.jobs.stores.roles import WorkerStore
 
 log = logging.getLogger("nw.jobs")
 
@@ -120,7 +120,11 @@ class CancelProbe:
     """``should_cancel()``: the local flag, else the store, read at most every 0.25 s."""
 
     def __init__(
-        self, store: JobStore, job_id: str, flag: threading.Event, stopping: threading.Event | None
+        self,
+        store: WorkerStore,
+        job_id: str,
+        flag: threading.Event,
+        stopping: threading.Event | None,
     ):
         self._store, self._job_id, self._flag, self._stopping = store, job_id, flag, stopping
         self._checked = 0.0
@@ -142,7 +146,7 @@ class EventSink:
 
     def __init__(
         self,
-        store: JobStore,
+        store: WorkerStore,
         row: JobRow,
         forward: Callable[[Any], None] | None,
         clock: Callable[[], float],
@@ -217,7 +221,7 @@ class Keep(Protocol):
 
 
 def run_attempt(
-    store: JobStore,
+    store: WorkerStore,
     row: JobRow,
     launch: Launch,
     config: JobsConfig,
@@ -357,7 +361,7 @@ def _ending(
 _PER_ATTEMPT = ("error", "error_kind", "error_detail", *events.PROGRESS_FIELDS)
 
 
-def _fresh_attempt(store: JobStore, row: JobRow) -> JobRow:
+def _fresh_attempt(store: WorkerStore, row: JobRow) -> JobRow:
     """A retried (or resumed after a stop) attempt starts clean: no error while
     running, progress from zero. A first attempt has nothing to clear."""
     rec = row.record
@@ -368,7 +372,7 @@ def _fresh_attempt(store: JobStore, row: JobRow) -> JobRow:
     return JobRow({**rec, **stale}, row.au_status, row.result, row.error)
 
 
-def _repredict(store: JobStore, row: JobRow, config: JobsConfig) -> JobRow:
+def _repredict(store: WorkerStore, row: JobRow, config: JobsConfig) -> JobRow:
     """Predict again at the running transition: samples learned while the job
     waited in the queue (a drift, a warmed key) count for its ETA."""
     rec = row.record
@@ -410,7 +414,7 @@ def _refused(job_id: str, attempt: int) -> None:
     )
 
 
-def _cancel_requested(store: JobStore, job_id: str, launch: Launch, returned: bool) -> bool:
+def _cancel_requested(store: WorkerStore, job_id: str, launch: Launch, returned: bool) -> bool:
     """A success is written on what the attempt knows (its flag, set by the cancel
     probe and the heartbeat): one more read per job cost the PostgreSQL drain a
     third of its rate, and the read side reads a later request from the same

@@ -41,7 +41,7 @@ from typing import Any
 from au import ComputationStatus
 
 from nw.jobs.core import outcome
-from nw.jobs.stores.base import JobStore
+from nw.jobs.stores.roles import WorkerStore
 
 log = logging.getLogger("nw.jobs")
 
@@ -111,7 +111,7 @@ class Pending:
 class Finishing:
     """A runtime's pending finishes (see the module docstring)."""
 
-    def __init__(self, store: JobStore, directory: Path | None = None):
+    def __init__(self, store: WorkerStore, directory: Path | None = None):
         self.store = store
         self.directory = directory
         self._pending: dict[str, Pending] = {}

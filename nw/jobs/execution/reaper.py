@@ -21,7 +21,7 @@ from nw.jobs.core import liveness
 from nw.jobs.core.liveness import WorkerSeen
 from nw.jobs.core.model import JobsConfig
 from nw.jobs.execution.recovery import reap_stale, workers_seen
-from nw.jobs.stores.base import JobStore
+from nw.jobs.stores.roles import Reaping
 
 log = logging.getLogger("nw.jobs")
 
@@ -43,7 +43,7 @@ class Reaper:
     judged. Proof that a process is gone needs no such grace.
     """
 
-    def __init__(self, store: JobStore, config: JobsConfig, holds: Callable[[str], bool]):
+    def __init__(self, store: Reaping, config: JobsConfig, holds: Callable[[str], bool]):
         self.store, self.config, self.holds = store, config, holds
         self._swept: set[tuple[str, float]] = set()  # (worker, last beat) already swept
         self._ok_since: float | None = None  # monotonic: the store answered since then
@@ -128,7 +128,7 @@ class RunnersRead:
     now: float
 
     @classmethod
-    def of(cls, store: JobStore, config: JobsConfig) -> RunnersRead:
+    def of(cls, store: Reaping, config: JobsConfig) -> RunnersRead:
         return cls.timed(lambda _now: store.runners(), config)
 
     @classmethod
@@ -192,7 +192,7 @@ class ReaperThread:
 
     def __init__(
         self,
-        stores: Callable[[], Sequence[tuple[JobStore, Callable[[str], bool]]]],
+        stores: Callable[[], Sequence[tuple[Reaping, Callable[[str], bool]]]],
         config: JobsConfig,
     ):
         self._stores, self.config = stores, config

@@ -20,13 +20,13 @@ from nw.jobs.core.liveness import WorkerSeen
 from nw.jobs.core.model import ACTIVE_STATUSES, JobsConfig
 from nw.jobs.core.records import JobRow
 from nw.jobs.execution import procs
-from nw.jobs.stores.base import JobStore
+from nw.jobs.stores.roles import Reaping
 
 log = logging.getLogger("nw.jobs")
 
 
 def reap(
-    store: JobStore,
+    store: Reaping,
     row: JobRow,
     now: float,
     config: JobsConfig,
@@ -76,7 +76,7 @@ def owned_queued(row: JobRow) -> bool:
 Workers = dict[str, WorkerSeen]
 
 
-def workers_seen(store: JobStore, rows: list[dict[str, Any]] | None = None) -> Workers:
+def workers_seen(store: Reaping, rows: list[dict[str, Any]] | None = None) -> Workers:
     """Every announced worker process: its last beat, the freshest beat of the
     others, and whether this host can prove it gone (one read of the small
     runners table, unless ``rows`` of it were just read)."""
@@ -111,7 +111,7 @@ def _beat_of(row: JobRow, workers: Workers) -> float | None:
 
 
 def maybe_reap(
-    store: JobStore,
+    store: Reaping,
     row: JobRow,
     now: float,
     config: JobsConfig,
@@ -132,7 +132,7 @@ def maybe_reap(
 
 
 def reap_stale(
-    store: JobStore,
+    store: Reaping,
     now: float,
     config: JobsConfig,
     holds: Callable[[str], bool],

@@ -49,7 +49,7 @@ from nw.jobs.execution.journal import journal_dir
 from nw.jobs.execution.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.execution.runtime import Runtime
 from nw.jobs.stores import open_store
-from nw.jobs.stores.base import Refill, settled_error
+from nw.jobs.stores.roles import Refill, settled_error
 from nw.project import Project, as_project
 
 log = logging.getLogger("nw.jobs.worker")

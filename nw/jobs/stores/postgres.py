@@ -69,13 +69,11 @@ from nw.jobs.core.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.core.records import JobRow
 from nw.jobs.core.storable import storable, storable_fields
 from nw.jobs.stores.base import (
-    Refill,
     as_stored,
     carry_over,
     check_distinct,
     due_at,
     rollup_rows,
-    settled_error,
 )
 from nw.jobs.stores.columns import COLUMNS, patch_values, row_values
 from nw.jobs.stores.group_commit import GroupCommit
@@ -83,6 +81,7 @@ from nw.jobs.stores.pg_database import Conn, Database, RetryNow, one, one_row
 from nw.jobs.stores.pg_listen import PgWakeListener
 from nw.jobs.stores.pg_pool import close_pools as _close_pools
 from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
+from nw.jobs.stores.roles import Refill, settled_error
 from nw.jobs.stores.shared import SharedStore
 from nw.jobs.stores.sql import load_queries
 
