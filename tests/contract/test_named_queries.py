@@ -25,6 +25,26 @@ def test_a_queries_file_is_read_by_name_without_its_comments():
         parse_queries("-- name: a\n-- only a comment\n")
 
 
+def test_a_fragment_is_written_once_and_placed_where_named():
+    text = (
+        "-- fragment: cols\n-- the columns\nj.a, j.b\n\n"
+        "-- fragment: where\nj.a = :a AND {{tail}}\n"
+        "-- fragment: tail\nj.b > 0\n"
+        "-- name: one\nSELECT {{cols}} FROM j WHERE {{where}};\n"
+        "-- name: two\nSELECT {{cols}} FROM j;\n"
+    )
+    assert parse_queries(text) == {
+        "one": "SELECT j.a, j.b FROM j WHERE j.a = :a AND j.b > 0",
+        "two": "SELECT j.a, j.b FROM j",
+    }
+    with pytest.raises(ValueError, match="no fragment 'nope'"):
+        parse_queries("-- name: a\nSELECT {{nope}};\n")
+    with pytest.raises(ValueError, match="includes itself"):
+        parse_queries("-- fragment: f\nx {{f}}\n-- name: a\nSELECT {{f}};\n")
+    with pytest.raises(ValueError, match="defined twice"):
+        parse_queries("-- fragment: a\nx\n-- name: a\nSELECT 1;\n")
+
+
 def test_every_statement_of_the_store_compiles_against_its_schema(store):
     # Given the store's own queries file, as the store loads it
     queries = load_queries(QUERIES_OF[type(store).__name__])

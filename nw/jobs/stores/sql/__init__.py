@@ -8,6 +8,12 @@ for psycopg, ``:job_id`` for sqlite3). Comment lines are dropped when loading
 is each line's indentation: psycopg caches the parse of a statement only up to
 ``MAX_STATEMENT_CHARS``, and re-parsing a longer one cost a worker 0.1 ms per
 job. Files are read once per process.
+
+A rule several statements share is written once, as a ``-- fragment: <name>``
+block, and placed with ``{{name}}`` (in a query or another fragment): the
+columns a job row is read with, the grade of a job, the filters of a page.
+A fragment is text, not a query: it is not returned, and a reference to an
+unknown one (or a fragment that includes itself) refuses the whole file.
 """
 
 from __future__ import annotations
@@ -21,22 +27,39 @@ from types import MappingProxyType
 #: psycopg parses a query's placeholders once per process only when the query
 #: is at most this long (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``).
 MAX_STATEMENT_CHARS = 4096
-_HEADER = re.compile(r"^-- name: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- (name|fragment): ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{\{([a-z][a-z0-9_]*)\}\}")
 
 
 def parse_queries(text: str) -> dict[str, str]:
-    """``{name: statement}`` of a queries file (comments and the final ``;`` dropped)."""
+    """``{name: statement}`` of a queries file (comments and the final ``;``
+    dropped, fragments placed)."""
     parts = _HEADER.split(text)
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    fragments: dict[str, str] = {}
+    for what, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
         lines = [ln.strip() for ln in body.splitlines() if not ln.lstrip().startswith("--")]
         statement = "\n".join(lines).strip().rstrip(";").strip()
         if not statement:
-            raise ValueError(f"query {name!r} has no statement")
-        if name in queries:
+            raise ValueError(f"{'query' if what == 'name' else what} {name!r} has no statement")
+        if name in queries or name in fragments:
             raise ValueError(f"query {name!r} is defined twice")
-        queries[name] = statement
-    return queries
+        (queries if what == "name" else fragments)[name] = statement
+    return {name: _placed(sql, fragments, ()) for name, sql in queries.items()}
+
+
+def _placed(sql: str, fragments: Mapping[str, str], within: tuple[str, ...]) -> str:
+    """``sql`` with each ``{{fragment}}`` replaced by its text (recursively)."""
+
+    def place(match: re.Match[str]) -> str:
+        name = match[1]
+        if name not in fragments:
+            raise ValueError(f"no fragment {name!r} (named in {within[-1:] or 'a query'})")
+        if name in within:
+            raise ValueError(f"fragment {name!r} includes itself")
+        return _placed(fragments[name], fragments, (*within, name))
+
+    return _INCLUDE.sub(place, sql)
 
 
 @functools.cache

@@ -6,11 +6,33 @@
 -- record in `doc`, and its au status entry in the `au_` columns (read as
 -- status, value, error). A transition writes that one row (migration 0004).
 
+-- fragment: job_columns
+-- The columns a job is read with: its record's columns, its doc, its au
+-- status entry (read as `JobRow` by the store's `_row`).
+j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+j.au_status AS status, j.au_value AS value, j.au_error AS error
+
+-- fragment: page_filters
+-- Every optional filter of a page (a null parameter filters nothing), the
+-- cursor, the order and the size: each page query is its leading predicate
+-- (the index it walks) and these. The grade is the database function of
+-- migration 0006 (nw_jobs.grade: one definition, inlined by the planner).
+   AND (%(state)s::text IS NULL
+        OR j.state = %(state)s::text)
+   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
+   AND (%(q)s::text IS NULL
+        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
+   AND (%(grade)s::text IS NULL OR nw_jobs.grade(j.state, j.doc, j.au_error, j.au_value) = %(grade)s::text)
+   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
+                                    coalesce(%(before_id)s::text, ''))
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT %(limit)s
+
 -- name: get
 -- One job.
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s;
 
@@ -18,9 +40,7 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- `create` found the job: lock its row to decide. After waiting for the lock,
 -- PostgreSQL re-reads the locked row, so liveness is decided from what the
 -- last transition wrote: `state` (generated from `au_status`) and `au_status`.
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error, j.state
+SELECT {{job_columns}}, j.state
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
    FOR UPDATE OF j;
@@ -28,9 +48,7 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: by_lease
 -- The jobs a claim or start took under its lease token: a retry whose first
 -- try committed before its reply was lost recovers them instead of claiming more.
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.lease = %(lease)s
  ORDER BY j.job_id;
@@ -43,125 +61,35 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- both agree); %(q)s is a case-insensitive substring of the label; the cursor
 -- (%(before_at)s, %(before_id)s) is the created_at and id of the job a page
 -- ended at: only older jobs follow (ties by id).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s
-   AND (%(state)s::text IS NULL
-        OR j.state = %(state)s::text)
-   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
-   AND (%(q)s::text IS NULL
-        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
-   AND (%(grade)s::text IS NULL OR (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
-             WHEN j.state = 'cancelled' THEN
-               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN j.state = 'succeeded' THEN
-               (CASE WHEN j.au_value IS NULL
-                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
-             ELSE 'error' END) = %(grade)s::text)
-   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
-                                    coalesce(%(before_id)s::text, ''))
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT %(limit)s;
+{{page_filters}};
 
 -- name: page_by_state
 -- `page` of one job status (index jobs_state).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.state = %(state)s::text
-   AND (%(state)s::text IS NULL
-        OR j.state = %(state)s::text)
-   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
-   AND (%(q)s::text IS NULL
-        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
-   AND (%(grade)s::text IS NULL OR (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
-             WHEN j.state = 'cancelled' THEN
-               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN j.state = 'succeeded' THEN
-               (CASE WHEN j.au_value IS NULL
-                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
-             ELSE 'error' END) = %(grade)s::text)
-   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
-                                    coalesce(%(before_id)s::text, ''))
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT %(limit)s;
+{{page_filters}};
 
 -- name: page_by_actor
 -- `page` of one actor (index jobs_actor).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.actor_id = %(actor_id)s::text
-   AND (%(state)s::text IS NULL
-        OR j.state = %(state)s::text)
-   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
-   AND (%(q)s::text IS NULL
-        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
-   AND (%(grade)s::text IS NULL OR (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
-             WHEN j.state = 'cancelled' THEN
-               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN j.state = 'succeeded' THEN
-               (CASE WHEN j.au_value IS NULL
-                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
-             ELSE 'error' END) = %(grade)s::text)
-   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
-                                    coalesce(%(before_id)s::text, ''))
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT %(limit)s;
+{{page_filters}};
 
 -- name: page_by_kind
 -- `page` of one kind (index jobs_kind).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.kind = %(kind)s::text
-   AND (%(state)s::text IS NULL
-        OR j.state = %(state)s::text)
-   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-   AND (%(actor_id)s::text IS NULL OR j.actor_id = %(actor_id)s::text)
-   AND (%(q)s::text IS NULL
-        OR strpos(lower(coalesce(j.doc->>'label', j.kind)), lower(%(q)s::text)) > 0)
-   AND (%(grade)s::text IS NULL OR (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
-             WHEN j.state = 'cancelled' THEN
-               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN j.state = 'succeeded' THEN
-               (CASE WHEN j.au_value IS NULL
-                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
-             ELSE 'error' END) = %(grade)s::text)
-   AND (j.created_at, j.job_id) < (coalesce(%(before_at)s::double precision, 'Infinity'),
-                                    coalesce(%(before_id)s::text, ''))
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT %(limit)s;
+{{page_filters}};
 
 -- name: live
 -- Every unfinished job, oldest first (index jobs_live).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.finished_at IS NULL
  ORDER BY j.created_at, j.job_id;
@@ -169,9 +97,7 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: live_unclaimable
 -- `live` without the jobs queued for a worker's claim (queue_at set): what a
 -- reaper reads, since any worker will claim those (a backlog is not read).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.finished_at IS NULL AND j.queue_at IS NULL
  ORDER BY j.created_at, j.job_id;
@@ -262,9 +188,7 @@ SELECT count(*) AS notified
 -- `create_many`: the batch's existing rows, locked in job id order (a batch is
 -- inserted in that order too, so two overlapping batches cannot deadlock);
 -- liveness is decided from the locked rows' own columns, as for `lock`.
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error, j.state
+SELECT {{job_columns}}, j.state
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
  ORDER BY j.job_id
@@ -967,9 +891,7 @@ SELECT pg_notify(%(channel)s, '');
 -- name: finished_before
 -- The oldest finished jobs that finished before %(cutoff)s (index
 -- jobs_finished), locked: what `prune` rolls up and deletes, a batch at a time.
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
+SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.finished_at IS NOT NULL
    AND j.finished_at < %(cutoff)s::double precision
@@ -1044,17 +966,7 @@ SELECT kind, actor_id, day >= %(today_day)s::date, sum(usd), bool_or(lower_bound
 -- name: counts
 -- How many jobs by status and grade (the grade CASE of `page`), pruned ones included.
 SELECT j.state AS state,
-       (CASE WHEN j.state IN ('queued', 'running', 'cancelling') THEN NULL
-             WHEN j.state = 'cancelled' THEN
-               (CASE WHEN j.doc->>'error_kind' = 'cancelled'
-                          AND coalesce(nullif(j.doc->>'error', ''), j.au_error) LIKE 'worker lost%%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN j.state = 'succeeded' THEN
-               (CASE WHEN j.au_value IS NULL
-                          OR j.au_value IN ('null'::jsonb, '[]'::jsonb, '{}'::jsonb, '""'::jsonb)
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN j.doc->>'error_kind' = 'refused' THEN 'warning'
-             ELSE 'error' END) AS grade,
+       nw_jobs.grade(j.state, j.doc, j.au_error, j.au_value) AS grade,
        count(*) AS n
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s

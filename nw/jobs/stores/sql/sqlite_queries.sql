@@ -6,10 +6,59 @@
 -- A job is read as one row: the columns of its record in `jobs`, the rest of
 -- the record in `doc` (JSON text), and its status entry (status, value, error).
 
+-- fragment: job_columns
+-- The columns a job is read with: its record's columns, its doc, its status
+-- entry (read as `JobRow` by the store's `_row`).
+j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+
+-- fragment: job_state
+-- A job's status as nw.jobs.core.status.job_status derives it (a job without
+-- a status entry or with an unreadable doc reads as failed).
+(CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
+             WHEN j.cancel_requested THEN
+               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
+             WHEN s.status = 'pending' THEN 'queued'
+             WHEN s.status = 'running' THEN 'running'
+             WHEN s.status = 'completed' THEN 'succeeded'
+             ELSE s.status END)
+
+-- fragment: job_grade
+-- A job's outcome grade as nw.jobs.core.status.grade gives it (NULL while it
+-- is not finished); the contract suite checks both agree.
+(CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
+             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
+             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
+                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
+                              LIKE 'worker lost%'
+                     THEN 'error' ELSE 'notice' END)
+             WHEN s.status = 'completed' THEN
+               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
+                     THEN 'warning' ELSE 'ok' END)
+             WHEN s.status = 'failed' THEN
+               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
+                     THEN 'warning' ELSE 'error' END)
+             END)
+
+-- fragment: page_filters
+-- Every optional filter of a page (a null parameter filters nothing), the
+-- cursor, the order and the size: each page query is its leading predicate
+-- (the index it walks) and these.
+   AND (:state IS NULL OR {{job_state}} = :state)
+   AND (:kind IS NULL OR j.kind = :kind)
+   AND (:actor_id IS NULL OR j.actor_id = :actor_id)
+   AND (:q IS NULL OR instr(lower(CASE WHEN json_valid(j.doc)
+                                       THEN coalesce(json_extract(j.doc, '$.label'), j.kind)
+                                       ELSE 'unreadable job' END), lower(:q)) > 0)
+   AND (:grade IS NULL OR {{job_grade}} = :grade)
+   AND (j.created_at, j.job_id) < (coalesce(:before_at, 1e308), coalesce(:before_id, ''))
+ ORDER BY j.created_at DESC, j.job_id DESC
+ LIMIT :limit
+
 -- name: get
 -- One job with its status entry.
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+SELECT {{job_columns}}
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE j.job_id = :job_id;
 
@@ -22,116 +71,28 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- both agree); :q is a case-insensitive substring of the label; the cursor
 -- (:before_at, :before_id) is the created_at and id of the job a page ends
 -- at: only older jobs follow (ties by id).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+SELECT {{job_columns}}
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE 1 = 1
-   AND (:state IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
-             WHEN j.cancel_requested THEN
-               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
-             WHEN s.status = 'pending' THEN 'queued'
-             WHEN s.status = 'running' THEN 'running'
-             WHEN s.status = 'completed' THEN 'succeeded'
-             ELSE s.status END) = :state)
-   AND (:kind IS NULL OR j.kind = :kind)
-   AND (:actor_id IS NULL OR j.actor_id = :actor_id)
-   AND (:q IS NULL OR instr(lower(CASE WHEN json_valid(j.doc)
-                                       THEN coalesce(json_extract(j.doc, '$.label'), j.kind)
-                                       ELSE 'unreadable job' END), lower(:q)) > 0)
-   AND (:grade IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
-             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
-             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
-               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
-                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
-                              LIKE 'worker lost%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN s.status = 'completed' THEN
-               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN s.status = 'failed' THEN
-               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
-                     THEN 'warning' ELSE 'error' END)
-             END) = :grade)
-   AND (j.created_at, j.job_id) < (coalesce(:before_at, 1e308), coalesce(:before_id, ''))
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT :limit;
+{{page_filters}};
 
 -- name: page_by_actor
 -- `page` of one actor (index jobs_by_actor).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+SELECT {{job_columns}}
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE j.actor_id = :actor_id
-   AND (:state IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
-             WHEN j.cancel_requested THEN
-               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
-             WHEN s.status = 'pending' THEN 'queued'
-             WHEN s.status = 'running' THEN 'running'
-             WHEN s.status = 'completed' THEN 'succeeded'
-             ELSE s.status END) = :state)
-   AND (:kind IS NULL OR j.kind = :kind)
-   AND (:actor_id IS NULL OR j.actor_id = :actor_id)
-   AND (:q IS NULL OR instr(lower(CASE WHEN json_valid(j.doc)
-                                       THEN coalesce(json_extract(j.doc, '$.label'), j.kind)
-                                       ELSE 'unreadable job' END), lower(:q)) > 0)
-   AND (:grade IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
-             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
-             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
-               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
-                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
-                              LIKE 'worker lost%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN s.status = 'completed' THEN
-               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN s.status = 'failed' THEN
-               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
-                     THEN 'warning' ELSE 'error' END)
-             END) = :grade)
-   AND (j.created_at, j.job_id) < (coalesce(:before_at, 1e308), coalesce(:before_id, ''))
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT :limit;
+{{page_filters}};
 
 -- name: page_by_kind
 -- `page` of one kind (index jobs_by_kind).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+SELECT {{job_columns}}
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE j.kind = :kind
-   AND (:state IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
-             WHEN j.cancel_requested THEN
-               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
-             WHEN s.status = 'pending' THEN 'queued'
-             WHEN s.status = 'running' THEN 'running'
-             WHEN s.status = 'completed' THEN 'succeeded'
-             ELSE s.status END) = :state)
-   AND (:kind IS NULL OR j.kind = :kind)
-   AND (:actor_id IS NULL OR j.actor_id = :actor_id)
-   AND (:q IS NULL OR instr(lower(CASE WHEN json_valid(j.doc)
-                                       THEN coalesce(json_extract(j.doc, '$.label'), j.kind)
-                                       ELSE 'unreadable job' END), lower(:q)) > 0)
-   AND (:grade IS NULL OR (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
-             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
-             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
-               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
-                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
-                              LIKE 'worker lost%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN s.status = 'completed' THEN
-               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN s.status = 'failed' THEN
-               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
-                     THEN 'warning' ELSE 'error' END)
-             END) = :grade)
-   AND (j.created_at, j.job_id) < (coalesce(:before_at, 1e308), coalesce(:before_id, ''))
- ORDER BY j.created_at DESC, j.job_id DESC
- LIMIT :limit;
+{{page_filters}};
 
 -- name: live
 -- Every unfinished job, oldest first (index jobs_unfinished).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+SELECT {{job_columns}}
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE j.finished_at IS NULL
  ORDER BY j.created_at;
@@ -139,8 +100,7 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
 -- name: live_unclaimable
 -- `live` without the jobs queued for a worker's claim (queue_at set): what a
 -- reaper reads, since any worker will claim those (a backlog is not read).
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+SELECT {{job_columns}}
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE j.finished_at IS NULL AND s.queue_at IS NULL
  ORDER BY j.created_at;
@@ -523,27 +483,8 @@ SELECT kind, actor_id, day >= :today_day AS today, sum(usd) AS usd,
 
 -- name: counts
 -- How many jobs by status and grade (the CASEs of `page`).
-SELECT (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
-             WHEN j.cancel_requested THEN
-               (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
-             WHEN s.status = 'pending' THEN 'queued'
-             WHEN s.status = 'running' THEN 'running'
-             WHEN s.status = 'completed' THEN 'succeeded'
-             ELSE s.status END) AS state,
-       (CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
-             WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
-             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
-               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
-                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
-                              LIKE 'worker lost%'
-                     THEN 'error' ELSE 'notice' END)
-             WHEN s.status = 'completed' THEN
-               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
-                     THEN 'warning' ELSE 'ok' END)
-             WHEN s.status = 'failed' THEN
-               (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
-                     THEN 'warning' ELSE 'error' END)
-             END) AS grade,
+SELECT {{job_state}} AS state,
+       {{job_grade}} AS grade,
        count(*) AS n
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  GROUP BY 1, 2;
