@@ -50,8 +50,8 @@ from nw import jobs  # noqa: E402
 from nw.jobs.core import kinds, outcome  # noqa: E402
 from nw.jobs.execution.body import Launch, run_attempt  # noqa: E402
 from nw.jobs.stores import open_store  # noqa: E402
-from nw.jobs.stores.roles import Refill  # noqa: E402
 from nw.jobs.stores.pg_schema import migrate  # noqa: E402
+from nw.jobs.stores.roles import Refill  # noqa: E402
 
 RUNNER = "bench:1:cpu"
 

@@ -535,8 +535,8 @@ def test_what_lost_claims_took_is_read_until_it_is_put_back(two_queued, monkeypa
 
 
 def test_a_refill_whose_statement_fails_is_answered_after_the_finishes_are_written(pg_url):
-    from nw.jobs.stores.roles import Refill
     from nw.jobs.stores.postgres import PostgresJobStore
+    from nw.jobs.stores.roles import Refill
 
     # Given two running jobs of a worker and one queued behind them
     store = PostgresJobStore(pg_url, f"order-{uuid.uuid4().hex}")
