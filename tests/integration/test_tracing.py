@@ -3,7 +3,7 @@ in this process and across a real worker process; nothing without the extra.
 
 The SDK's in-memory exporter collects the spans: this process's through
 ``tracing.provider`` (no global provider is set here), a worker's through
-``tests/fixtures/otel_worker.py``, which writes them out when it exits.
+``tests/fixtures/otel_worker.py``, which appends each to a file as it ends.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from nw import jobs
@@ -94,7 +94,7 @@ def test_a_worker_process_continues_the_trace_and_a_retry_links_to_the_first_att
     try:
         done = jobs.wait(project, job.job_id, timeout=60, config=cfg)
     finally:
-        stop(worker)  # its spans are written as it exits
+        stop(worker)
     assert done.status == jobs.SUCCEEDED and done.attempt == 2
     spans = [json.loads(line) for line in spans_file.read_text().splitlines()]
     first, second = [s for s in spans if s["name"] == "nw.jobs.attempt"]
@@ -111,6 +111,23 @@ def test_a_worker_process_continues_the_trace_and_a_retry_links_to_the_first_att
     assert second["attributes"]["nw.cost_usd_total"] == pytest.approx(0.5)  # the run's
     # and the retry links to the first attempt
     assert second["links"] == [first["span_id"]]
+
+
+def test_flush_exports_what_a_batch_processor_still_holds(monkeypatch):
+    # Given a provider whose batch processor exports every 60 s (a worker's
+    # that leaves by os._exit runs no exit handler to export the rest)
+    provider = TracerProvider()
+    exported = InMemorySpanExporter()
+    provider.add_span_processor(BatchSpanProcessor(exported, schedule_delay_millis=60_000))
+    monkeypatch.setattr(tracing, "provider", provider)
+    with provider.get_tracer("app").start_as_current_span("an attempt"):
+        pass
+    assert exported.get_finished_spans() == ()  # held in the batch
+    # When the worker flushes before it leaves
+    assert tracing.flush() is True
+    # Then the span is exported
+    assert [s.name for s in exported.get_finished_spans()] == ["an attempt"]
+    provider.shutdown()
 
 
 WITHOUT_OTEL = """

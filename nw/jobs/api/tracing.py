@@ -37,6 +37,22 @@ SCOPE = "nw.jobs"
 provider: Any = None
 
 
+def flush(timeout_ms: int = 5000) -> bool:
+    """Export the spans a provider still holds (an SDK's batch processor keeps
+    some in memory until its exit handler runs). A worker that leaves by
+    ``os._exit``, because a body outlived its grace period, runs no exit
+    handlers: it calls this first. False when nothing could be flushed."""
+    if trace is None:
+        return False
+    force_flush = getattr(provider or trace.get_tracer_provider(), "force_flush", None)
+    if not callable(force_flush):  # the API's no-op provider
+        return False
+    try:
+        return bool(force_flush(timeout_ms))
+    except Exception:  # an exporter's failure must not keep a worker from leaving
+        return False
+
+
 def _tracer() -> Any:
     if trace is None:
         return None

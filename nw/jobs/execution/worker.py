@@ -40,6 +40,7 @@ from concurrent.futures import Future
 from typing import Any, Literal
 
 from nw.errors import InvalidSetting, JobStoreError, NwJobsError, ProjectError
+from nw.jobs.api import tracing
 from nw.jobs.core import kinds, outcome
 from nw.jobs.core.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
 from nw.jobs.core.records import JobRow, attempt_in_run
@@ -603,6 +604,7 @@ def serve(args: argparse.Namespace) -> int:
         if t is not threading.main_thread() and t.is_alive() and not t.daemon
     ]
     if stuck:  # bodies that ignored the grace period: their jobs are back in the queue
+        tracing.flush()  # no exit handler runs after os._exit: export the spans now
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
