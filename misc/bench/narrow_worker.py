@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 
-from nw.jobs.stores import postgres
+from nw.jobs.stores import pg_base, pg_claims, pg_finishes, postgres
 from nw.jobs.stores.sql import parse_queries
 
 NARROW = parse_queries((Path(__file__).resolve().parent / "narrow_rows.sql").read_text())
@@ -35,8 +35,11 @@ def prepare(url: str) -> None:
 
 def patch_store() -> None:
     names = ("claim", "finish_many", "finish_many_and_claim")
-    postgres.Q = {**postgres.Q, **{name: NARROW[name] for name in names}}
-    postgres._BEAT_THEN_CLAIM = f"{postgres.Q['beat_runner']}\n;\n{postgres.Q['claim']}"
+    queries = {**pg_base.Q, **{name: NARROW[name] for name in names}}
+    for module in (pg_base, pg_claims, pg_finishes, postgres):  # each holds its Q
+        module.Q = queries
+    beat_then_claim = f"{queries['beat_runner']}\n;\n{queries['claim']}"
+    pg_base._BEAT_THEN_CLAIM = pg_claims._BEAT_THEN_CLAIM = beat_then_claim
 
 
 if __name__ == "__main__":

@@ -48,196 +48,48 @@ loop, and the one place psycopg errors become ``JobStoreError``),
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import logging
-import re
-import threading
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 from au import ComputationResult, ComputationStatus
-from psycopg.types.json import Jsonb
 
-from nw.canonical import stored_json
-from nw.jobs.core import limits
-from nw.jobs.core.errors import JobStoreError, JobStoreUnreachable
+from nw.jobs.core.errors import JobStoreError
 from nw.jobs.core.records import JobRow
-from nw.jobs.core.storable import storable, storable_fields
+from nw.jobs.core.storable import storable
 from nw.jobs.stores.base import (
-    as_stored,
     carry_over,
     check_distinct,
     due_at,
     rollup_rows,
 )
-from nw.jobs.stores.columns import COLUMNS, patch_values, row_values
-from nw.jobs.stores.group_commit import GroupCommit
-from nw.jobs.stores.pg_database import Conn, Database, RetryNow, one, one_row
+from nw.jobs.stores.columns import row_values
+from nw.jobs.stores.pg_base import (
+    _LIVE,
+    CHANGES_PREFIX,
+    Q,
+    _jsonb,
+    channel_for,
+    close_pools,
+)
+from nw.jobs.stores.pg_database import Conn, RetryNow, one, one_row
+from nw.jobs.stores.pg_finishes import PgFinishes
 from nw.jobs.stores.pg_listen import PgWakeListener
-from nw.jobs.stores.pg_pool import close_pools as _close_pools
-from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
-from nw.jobs.stores.roles import Refill, settled_error
-from nw.jobs.stores.shared import SharedStore
-from nw.jobs.stores.sql import load_queries
+from nw.jobs.stores.pg_schema import migrate
 
-__all__ = ["PostgresJobStore", "close_pools", "migrate", "open_postgres_store"]
-
-Q = load_queries("postgres_queries.sql")
-_BEAT_THEN_CLAIM = f"{Q['beat_runner']}\n;\n{Q['claim']}"
-"""``claim_and_beat``'s message: two statements, one transaction (simple protocol)."""
-log = logging.getLogger("nw.jobs")
-#: Finishes go out in up to two statements at once (group commit lanes): while
-#: one batch is in flight, a crowd of at least ``FINISH_CROWD`` finishes that
-#: ended meanwhile goes out beside it rather than waiting for its commit; fewer
-#: wait and join the next batch. One lane left a worker's slots idle while its
-#: statement was in flight (the database and the worker each below 60% of a
-#: core); a second lane for any lone finish made batches of 1-2 jobs, each
-#: paying a statement's fixed cost. Measured in alternating no-op drains
-#: (misc/bench/PERFORMANCE.md).
-FINISH_LANES, FINISH_CROWD = 2, 4
-
-_LIVE = ("queued", "running", "cancelling")
+__all__ = [
+    "CHANGES_PREFIX",
+    "PostgresJobStore",
+    "channel_for",
+    "close_pools",
+    "migrate",
+    "open_postgres_store",
+]
 
 
-def close_pools() -> None:
-    """Close this process's pools and forget which databases were checked."""
-    _close_pools()
-    forget_checks()
-
-
-def _dumps(value: Any) -> str:
-    return stored_json(value)
-
-
-def _jsonb(value: Any) -> Jsonb:
-    return Jsonb(value, dumps=_dumps)
-
-
-def channel_for(project_id: str, prefix: str = "nw_jobs_") -> str:
-    """The NOTIFY channel of a project (a valid identifier, <= 63 bytes): its
-    wake-up channel (a claimable job was queued), or with ``prefix`` another."""
-    if re.fullmatch(r"[A-Za-z0-9_]{1,48}", project_id):
-        return f"{prefix}{project_id.lower()}"
-    return prefix + hashlib.sha256(project_id.encode()).hexdigest()[:40]
-
-
-#: The prefix of a project's change channel: NOTIFYed when a job ends or a
-#: cancel is asked (what ``jobs.wait`` and ``jobs.watch`` wake on).
-CHANGES_PREFIX = "nw_chg_"
-
-
-class PostgresJobStore(SharedStore):
+class PostgresJobStore(PgFinishes):
     """One project's jobs in a PostgreSQL database (see the module docstring)."""
 
-    limit_scope = "database"  # the limits table is not per project
-    PAGE_BY_STATE = True
-
-    def __init__(
-        self,
-        url: str,
-        project_id: str,
-        *,
-        read_only: bool = False,
-        retry_s: float | None = None,
-    ):
-        if not isinstance(project_id, str) or not project_id:
-            raise ValueError("a PostgreSQL job store needs the project's id")
-        self.db = Database(url, retry_s=retry_s)
-        self.project_id = project_id
-        self.read_only = read_only
-        self.channel = channel_for(project_id)
-        self.changes_channel = channel_for(project_id, CHANGES_PREFIX)
-        self._tls = threading.local()
-        self._lost_leases: set[str] = set()
-        """Leases of claims that raised, maybe committed (``lost_claims``)."""
-        self._lost_lock = threading.Lock()
-        self._finishes = GroupCommit(
-            self._finish_many,
-            key=lambda item: item["job_id"],
-            lanes=FINISH_LANES,
-            crowd=FINISH_CROWD,
-        )
-        check_schema(self.db)
-
-    def __repr__(self) -> str:
-        return f"PostgresJobStore({self.db.display!r}, project_id={self.project_id!r})"
-
-    # ----- running a named query -----------------------------------------------------
-    def _params(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        return {"project_id": self.project_id, "changes_channel": self.changes_channel, **args}
-
-    def _read(self, what: str, args: Mapping[str, Any], query: str | None = None) -> list[dict]:
-        """The rows of the named query ``what`` (or of ``query``)."""
-        sql, params = Q[query or what], self._params(args)
-        conn = getattr(self._tls, "conn", None)
-        if conn is not None:  # inside this thread's admitted create: same transaction
-            return conn.execute(sql, params).fetchall()
-        return self.db.run(lambda c, _r: one(c, sql, params).fetchall(), what=what)
-
-    def _write(self, what: str, fn: Callable[[Conn, bool], Any]) -> Any:
-        if self.read_only:
-            raise JobStoreError("this job store was opened read-only")
-        return self.db.run(fn, what=what)
-
-    def _exec(
-        self, what: str, args: Mapping[str, Any], get: Callable[[Any], Any] | None = None
-    ) -> Any:
-        """The named write statement ``what``; ``get(cursor)`` reads its result
-        before the connection goes back to the pool."""
-        sql, params = Q[what], self._params(args)
-
-        def op(conn: Conn, _retried: bool) -> Any:
-            cur = one(conn, sql, params)
-            return None if get is None else get(cur)
-
-        return self._write(what, op)
-
-    def close(self) -> None:
-        """Nothing to release per store: the pool is per URL (``close_pools``)."""
-
-    # ----- the connector (nw/jobs/stores/shared.py) -----------------------------------
-    def _all(self, name: str, args: Mapping[str, Any] | None = None) -> Sequence[Mapping[str, Any]]:
-        return self._read(name, args or {})
-
-    def _run(self, name: str, args: Mapping[str, Any]) -> int:
-        return int(self._exec(name, args, lambda cur: cur.rowcount))
-
-    def _from_json(self, value: Any) -> Any:
-        return value  # jsonb arrives decoded
-
-    def _to_json(self, value: Any) -> Any:
-        return _jsonb(value)
-
-    def _from_time(self, value: Any) -> datetime:
-        return value  # timestamptz arrives as a datetime
-
-    # ----- decoding ------------------------------------------------------------------
-    def _row(self, r: Mapping[str, Any]) -> JobRow:
-        record = dict(r["doc"]) if isinstance(r["doc"], dict) else {}
-        for name in COLUMNS:
-            record[name] = r[name]
-        return JobRow(record, r["status"], r["value"], r["error"])
-
-    @staticmethod
-    def _patch_fields(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(column fields, doc fields) of a patch (``columns.patch_values``)."""
-        return patch_values(fields)
-
-    def _patch_args(self, fields: Mapping[str, Any]) -> dict[str, Any]:
-        cols, doc = patch_values(fields)
-        return {"cols": _jsonb(cols), "doc": _jsonb(doc)}
-
-    def _record_args(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """The parameters of a whole record (``create``, ``replace``, ``put_record``)."""
-        cols, doc = row_values(record)
-        return {**cols, "doc": _jsonb(doc), "channel": self.channel}
-
-    # ----- reads ---------------------------------------------------------------------
     def change_mark(self) -> tuple[Any, ...]:
         return tuple(self._read("change_mark", {})[0].values())
 
@@ -247,7 +99,6 @@ class PostgresJobStore(SharedStore):
 
         return pg_changes.subscribe(self.db.url, self.changes_channel, callback)
 
-    # ----- transitions ---------------------------------------------------------------
     def create(
         self,
         record: dict[str, Any],
@@ -403,374 +254,6 @@ class PostgresJobStore(SharedStore):
         cols, doc = row_values(record)
         return {**cols, "doc": doc, "queue_at": due_at(record) if claimable else None, "n": n}
 
-    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
-        params = self._params(
-            {"job_id": job_id, "now": now, "runner_id": runner_id, "lease": uuid.uuid4().hex}
-        )
-
-        def op(conn: Conn, retried: bool) -> JobRow | limits.NotYet | None:
-            if retried:  # the first try may have committed before the connection died
-                got = one(conn, Q["by_lease"], params).fetchall()
-                if got:
-                    return self._row(got[0])
-            r = one(conn, Q["start"], {**params, "limited_ok": False}).fetchone()
-            if r is not None:  # the common case: one statement
-                return self._row(r)
-            info = one(conn, Q["job_limit"], params).fetchone()
-            if info is None or not info["startable"]:
-                return None
-            not_before = info["not_before"]
-            if isinstance(not_before, (int, float)) and not_before > now:
-                return limits.NotYet(float(not_before), limits.delay_text(not_before - now))
-            if not info["limited"]:  # its limit was removed meanwhile: ask again
-                return limits.NotYet(now, "")
-            with conn.transaction():  # a limited key: as _claim_limited, for one job
-                key = info["limit_key"]
-                conn.execute(Q["lock_limits"], {"keys": [key]})
-                free = self._rooms(conn, [key], now).get(key)
-                if free is not None and free <= 0:
-                    return limits.NotYet(now + 0.2, f"waiting: {key}")
-                r = conn.execute(Q["start"], {**params, "limited_ok": True}).fetchone()
-                if r is not None:
-                    self._note_starts(conn, [key], now)
-            return None if r is None else self._row(r)
-
-        return self._write("start", op)
-
-    def claim(
-        self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
-    ) -> list[JobRow]:
-        """See ``JobStore.claim``. Jobs without a limited key start in the one
-        ``claim`` statement; those with one come back held and are started by
-        ``_claim_limited`` under their keys' row locks. A key found full is
-        skipped in a next round (at most three), so its backlog holds no one up."""
-        if not kinds or limit < 1:
-            return []
-        params = self._params(
-            {
-                "kinds": list(kinds),
-                "now": now,
-                "runner_id": runner_id,
-                "lease": uuid.uuid4().hex,
-            }
-        )
-
-        def op(conn: Conn, retried: bool) -> list[JobRow]:
-            if retried:
-                got = one(conn, Q["by_lease"], params).fetchall()
-                if got:
-                    return [self._row(r) for r in got]
-            return self._claim_rounds(conn, params, int(limit))
-
-        with self._losing(params["lease"]):
-            return self._write("claim", op)
-
-    def claim_and_beat(
-        self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
-    ) -> tuple[list[JobRow], list[dict[str, Any]] | None]:
-        """See ``JobStore.claim_and_beat``: ``beat_runner`` and the claim's first
-        round as one message of the simple query protocol (the parameters bound
-        on the client): one round trip, one transaction that the server
-        commits whatever the client does next; the rounds after it, if any, as
-        ``claim``'s. Not prepared: a claim carries the beat at most twice a
-        beat interval."""
-        if not kinds or limit < 1:
-            return [], None
-        params = self._params(
-            {"kinds": list(kinds), "now": now, "runner_id": runner_id, "lease": uuid.uuid4().hex}
-        )
-        first = {**params, "limit": int(limit), "skip_keys": []}
-
-        def op(conn: Conn, retried: bool) -> tuple[list[JobRow], list | None]:
-            if retried:  # the first try may have committed: its claims are ours by lease
-                got = one(conn, Q["by_lease"], params).fetchall()
-                if got:
-                    return [self._row(r) for r in got], None
-            cur = psycopg.ClientCursor(conn)
-            cur.execute(_BEAT_THEN_CLAIM, first)
-            runners = cur.fetchall()
-            cur.nextset()
-            rows = cur.fetchall()
-            return self._claim_rounds(conn, params, int(limit), first=rows), runners
-
-        with self._losing(params["lease"]):
-            rows, runners = self._write("claim", op)
-        return rows, None if runners is None else self._beaten(runners, runner_id, now)
-
-    @contextlib.contextmanager
-    def _losing(self, lease: str) -> Iterator[None]:
-        """A claim under ``lease`` that raises may have committed (its answer
-        lost past the retries, or a later round failing after the first):
-        its lease is kept for ``lost_claims``."""
-        try:
-            yield
-        except JobStoreError:
-            with self._lost_lock:
-                self._lost_leases.add(lease)
-            raise
-
-    def lost_claims(self) -> list[JobRow]:
-        """See ``JobStore.lost_claims``: the unfinished rows under each kept
-        lease; a lease is let go once nothing under it is unfinished (put
-        back, which clears the lease, or never committed)."""
-        with self._lost_lock:
-            leases = list(self._lost_leases)
-        rows = []
-        for lease in leases:  # rare: one statement per lost claim
-            taken = [self._row(r) for r in self._read("by_lease", {"lease": lease})]
-            unfinished = [row for row in taken if row.record.get("finished_at") is None]
-            if not unfinished:
-                with self._lost_lock:
-                    self._lost_leases.discard(lease)
-            rows += unfinished
-        return rows
-
-    def _claim_rounds(
-        self,
-        conn: Conn,
-        params: Mapping[str, Any],
-        limit: int,
-        first: list[Any] | None = None,
-    ) -> list[JobRow]:
-        """``claim``'s rounds: each claim statement starts the jobs of keys
-        without a limit and returns the others held for ``_claim_limited``; a
-        round that finds keys full is followed by one that passes over them.
-        ``first``: the rows of a first round already run (a folded refill's)."""
-        out: list[JobRow] = []
-        skip: list[str] = []
-        for _round in range(limits.CLAIM_ROUNDS):
-            want = limit - len(out)
-            if want <= 0:
-                break
-            if first is not None:
-                rows, first = first, None
-            else:
-                args = {**params, "limit": want, "skip_keys": skip}
-                rows = one(conn, Q["claim"], args).fetchall()
-            out += [self._row(r) for r in rows if not r["held"]]
-            held = [(r["job_id"], r["limit_key"]) for r in rows if r["held"]]
-            if not held:
-                break
-            started, full = self._claim_limited(conn, params, held)
-            out += started
-            if not full or len(started) == len(held):
-                break
-            skip += full
-        return out
-
-    def _rooms(self, conn: Conn, keys: list[str], now: float) -> dict:
-        rows = conn.execute(Q["limit_rooms"], {"keys": keys, "now": now}).fetchall()
-        return {r["limit_key"]: limits.room(r["running_room"], r["rate_room"]) for r in rows}
-
-    def _note_starts(self, conn: Conn, keys: list[str], now: float) -> None:
-        counts: dict[str, int] = {}
-        for key in keys:
-            counts[key] = counts.get(key, 0) + 1
-        args = {"keys": list(counts), "counts": list(counts.values()), "now": now}
-        conn.execute(Q["note_starts"], args)
-
-    def _claim_limited(
-        self,
-        conn: Conn,
-        params: Mapping[str, Any],
-        held: list[tuple[str, str]],
-    ) -> tuple[list[JobRow], list[str]]:
-        """Start what the limits allow of these held jobs, in one transaction:
-        lock the keys' limit rows (key order), count each key's room in a new
-        statement (its snapshot sees every start committed before the lock was
-        granted), start the admitted jobs, log their starts. Returns the rows
-        started and the keys found full."""
-        now = params["now"]
-        keys = sorted({key for _, key in held})
-        with conn.transaction():
-            conn.execute(Q["lock_limits"], {"keys": keys})
-            admitted, full = limits.admit(held, self._rooms(conn, keys, now))
-            if not admitted:
-                return [], full
-            rows = conn.execute(Q["start_ids"], {**params, "job_ids": admitted}).fetchall()
-            self._note_starts(conn, [r["limit_key"] for r in rows], now)
-        return [self._row(r) for r in rows], full
-
-    # ----- limits --------------------------------------------------------------------
-    def set_limit(
-        self, key: str, *, max_running: int | None, per_second: int | None, now: float
-    ) -> None:
-        if max_running is None and per_second is None:
-            self._exec("delete_limit", {"key": key})
-        else:
-            args = {"key": key, "max_running": max_running, "per_second": per_second, "now": now}
-            self._exec("set_limit", args)
-
-    def limits(self, *, now: float) -> list[limits.Limit]:
-        return [
-            limits.Limit(
-                r["limit_key"],
-                r["max_running"],
-                r["per_second"],
-                int(r["running"]),
-                int(r["started_last_s"]),
-            )
-            for r in self._read("limits", {"now": now})
-        ]
-
-    def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._read("queue_ahead", {"limit": int(limit)})]
-
-    def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
-        fields, _ = storable_fields(fields)
-        args = {"job_id": job_id, "attempt": attempt, **self._patch_args(fields)}
-        return self._exec("patch", args, lambda cur: cur.rowcount) > 0
-
-    def finish(self, job_id: str, **finish: Any) -> bool:
-        return self._finishes.wait(self.finish_soon(job_id, **finish))
-
-    def finish_soon(self, job_id: str, **finish: Any) -> Future:
-        """See ``JobStore.finish_soon``: the finish joins the group commit (a
-        finish refused before, alone, is a settled future)."""
-        try:
-            item = self._finish_item(job_id, **finish)
-        except Exception as exc:
-            return settled_error(exc)
-        return self._finishes.submit_soon(item)
-
-    def _finish_item(
-        self,
-        job_id: str,
-        *,
-        au_status: ComputationStatus,
-        result: Any,
-        error: str | None,
-        fields: Mapping[str, Any],
-        attempt: int | None,
-    ) -> dict[str, Any]:
-        """A finish as the group commit batches it; refused alone (read-only, not JSON)."""
-        if self.read_only:
-            raise JobStoreError("this job store was opened read-only")
-        result, error, fields = as_stored(job_id, result, error, fields)
-        cols, doc = self._patch_fields(fields)
-        _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
-        return {
-            "job_id": job_id,
-            "attempt": attempt,
-            "au_status": ComputationStatus(au_status).value,
-            "value": result,
-            "error": error,
-            "cols": cols,
-            "doc": doc,
-        }
-
-    def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
-        """One statement for a batch of finishes (``_finish_alone``). With a
-        worker's ``refill`` the batch also claims the jobs that take the
-        finished ones' slots, in the same statement (``finish_many_and_claim``),
-        and hands them over once it committed, before the finishes' futures
-        resolve (so before their slots are let go); if that statement fails,
-        the finishes are written alone first, then the claim is answered as not
-        made."""
-        refill = self.refill
-        want = refill.want([item["job_id"] for item in items]) if refill is not None else 0
-        if refill is None or want <= 0:
-            return self._finish_alone(items)
-        rows = None  # the claim's answer: None, the claim was not made
-        try:
-            done, rows = self._finish_and_claim(items, refill, want)
-            return [item["job_id"] in done for item in items]
-        except JobStoreUnreachable:
-            raise
-        except JobStoreError as exc:
-            log.warning("finishing and claiming in one statement failed (%s); finishing", exc)
-            return self._finish_alone(items)
-        finally:
-            refill.take(rows, want)
-
-    def _finish_alone(self, items: list[dict[str, Any]]) -> list[Any]:
-        """``finish_many``; on a database error other than an unreachable
-        database, each item again alone (so one bad item fails alone)."""
-        try:
-            done = self._exec(
-                "finish_many",
-                {"batch": _jsonb(items), "job_ids": [item["job_id"] for item in items]},
-                lambda cur: {r["job_id"] for r in cur.fetchall()},
-            )
-            return [item["job_id"] in done for item in items]
-        except JobStoreUnreachable:
-            raise
-        except JobStoreError:
-            if len(items) == 1:
-                raise
-        out: list[Any] = []
-        for item in items:
-            try:
-                out.extend(self._finish_alone([item]))
-            except JobStoreError as exc:
-                out.append(exc)
-        return out
-
-    def _finish_and_claim(
-        self, items: list[dict[str, Any]], refill: Refill, want: int
-    ) -> tuple[set[str], list[JobRow]]:
-        """``finish_many_and_claim``: the finishes commit with the claims of
-        unlimited keys or not at all; the held jobs of limited keys are then
-        started by ``_claim_limited`` after that commit, and keys found full
-        passed over in further rounds, as ``claim`` does (``_claim_rounds``)."""
-        finish = self._params(
-            {"batch": _jsonb(items), "job_ids": [item["job_id"] for item in items]}
-        )
-        claim: dict[str, Any] = {
-            "kinds": list(refill.kinds()),
-            "now": refill.clock(),
-            "runner_id": refill.runner_id,
-            "limit": int(want),
-            "lease": uuid.uuid4().hex,
-        }
-        params = {**finish, **claim}
-
-        def op(conn: Conn, retried: bool) -> tuple[set[str], list[JobRow]]:
-            if retried:  # the first try may have committed: its claims are ours by lease
-                got = one(conn, Q["by_lease"], params).fetchall()
-                if got:  # and its finishes committed with them: writing them again is a no-op
-                    rows = one(conn, Q["finish_many"], finish).fetchall()
-                    return {r["job_id"] for r in rows}, [self._row(r) for r in got]
-            rows = one(conn, Q["finish_many_and_claim"], params).fetchall()
-            done = set(rows[0]["finished"]) if rows else set()
-            picked = [r for r in rows if r["job_id"] is not None]
-            # the finishes are committed: the held keys' counts see them
-            return done, self._claim_rounds(conn, params, int(want), first=picked)
-
-        with self._losing(claim["lease"]):
-            return self._write("finish_many_and_claim", op)
-
-    def requeue(
-        self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
-    ) -> bool:
-        _, _, fields = as_stored(job_id, None, None, fields)
-        fields = {**fields, "started_at": None, "heartbeat_at": None}
-        args = {
-            "job_id": job_id,
-            "attempt": attempt,
-            "not_before": not_before,
-            **self._patch_args(fields),
-        }
-        return self._exec("requeue", args, lambda cur: cur.fetchone()["requeued"]) > 0
-
-    def request_cancel(self, job_id: str, *, now: float) -> JobRow | None:
-        why = {"error": "cancelled before start", "error_kind": "cancelled"}
-        params = self._params({"job_id": job_id, "now": now, "doc": _jsonb(why)})
-
-        def op(conn: Conn, _retried: bool) -> JobRow | None:
-            # Two statements, each committed as it runs: a process frozen between
-            # them holds no lock (one explicit transaction would, until it thawed).
-            one(conn, Q["request_cancel"], params)
-            r = one(conn, Q["get"], params).fetchone()
-            return None if r is None else self._row(r)
-
-        return self._write("request_cancel", op)
-
-    def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
-        args = {"job_ids": list(job_ids), "now": now, "runner_id": runner_id}
-        return self._exec("beat", args, lambda cur: {r["job_id"] for r in cur.fetchall()})
-
-    # ----- learning, progress, runners -----------------------------------------------
     def samples(self, keys: Sequence[str], *, window: int) -> dict[str, list[float]]:
         if not keys:
             return {}
@@ -827,21 +310,6 @@ class PostgresJobStore(SharedStore):
         rows = self._exec("beat_runner", args, lambda cur: cur.fetchall())
         return self._beaten(rows, runner_id, now)
 
-    def _beaten(
-        self, rows: list[Mapping[str, Any]], runner_id: str, now: float
-    ) -> list[dict[str, Any]]:
-        """``beat_runner``'s rows: it reads the runners as they were before its
-        own update, so the beating runner's row is stamped here (as the update
-        wrote it: never back)."""
-        return [
-            {
-                **self._runner(r),
-                **({"beat_at": _later(r["beat_at"], now)} if r["runner_id"] == runner_id else {}),
-            }
-            for r in rows
-        ]
-
-    # ----- history: prune, totals, metrics -------------------------------------------
     def prune(self, *, cutoff: float, batch: int = 500) -> int:
         deleted = 0
         while True:
@@ -867,7 +335,6 @@ class PostgresJobStore(SharedStore):
             if done < batch:
                 return deleted
 
-    # ----- waking idle workers -------------------------------------------------------
     def wake_listener(self, runner_id: str) -> PgWakeListener:
         """``LISTEN`` on this project's channel (one dedicated connection); a
         worker serving more projects adds theirs with ``listener.also(store)``."""
@@ -878,7 +345,6 @@ class PostgresJobStore(SharedStore):
         already does, in its own statement)."""
         self._exec("notify", {"channel": self.channel})
 
-    # ----- raw access behind the views -----------------------------------------------
     def put_record(self, record: Mapping[str, Any]) -> None:
         self._exec("put_record", self._record_args(record))
 
@@ -903,9 +369,6 @@ class PostgresJobStore(SharedStore):
         if not self._exec("put_status", args, lambda cur: cur.rowcount):
             raise KeyError(f"no job {job_id!r} in this store")
 
-    # ----- spend policy (nw/jobs/api/budgets.py) -----------------------------------------
-    budget_scope = "database"  # the budgets count every project of the database
-
     def hold_budgets(self, keys: Sequence[str]) -> None:
         """Lock these budgets' rows for the rest of the admitted create (see ``lock_budgets``)."""
         if keys:
@@ -916,11 +379,6 @@ def _aware(when: datetime | None) -> datetime | None:
     if when is None or when.tzinfo is not None:
         return when
     return when.astimezone(UTC)  # a naive datetime means local time
-
-
-def _later(beat_at: float | None, now: float) -> float:
-    """A beat at ``now`` of a runner last seen at ``beat_at``: never back."""
-    return now if beat_at is None else max(beat_at, now)
 
 
 def open_postgres_store(
