@@ -155,6 +155,14 @@ def due_at(record: Mapping[str, Any]) -> float:
     return created
 
 
+def own_run(existing: JobRow, record: Mapping[str, Any], *, retried: bool) -> bool:
+    """Whether a live job a create found is the caller's own run: a retried
+    create (its connection lost after the commit) finds the run its first try
+    wrote, by the run id both carry, and reports it created."""
+    run_id = record.get("run_id")
+    return retried and run_id is not None and existing.record.get("run_id") == run_id
+
+
 def check_distinct(records: Sequence[Mapping[str, Any]]) -> None:
     """``create_many`` takes each job id once: the facade dedups a batch first."""
     ids = [r["job_id"] for r in records]

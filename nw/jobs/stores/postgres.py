@@ -61,6 +61,7 @@ from nw.jobs.stores.base import (
     carry_over,
     check_distinct,
     due_at,
+    own_run,
     rollup_rows,
 )
 from nw.jobs.stores.columns import row_values
@@ -112,7 +113,6 @@ class PostgresJobStore(PgFinishes):
             return self._create_admitted(record, claimable=claimable, admit=admit)
         params = self._params(self._record_args(record))
         params["queue_at"] = due_at(record) if claimable else None
-        run_id = record.get("run_id")
 
         def op(conn: Conn, retried: bool) -> tuple[JobRow, bool]:
             if one_row(one(conn, Q["create"], params))["inserted"]:
@@ -124,10 +124,7 @@ class PostgresJobStore(PgFinishes):
                 existing, live = got
                 if live:
                     # A retry whose first try committed finds its own run: created.
-                    mine = (
-                        retried and run_id is not None and existing.record.get("run_id") == run_id
-                    )
-                    return existing, mine
+                    return existing, own_run(existing, record, retried=retried)
                 return self._replace(conn, params, record, existing)
 
         return self._write("create", op)
@@ -161,7 +158,6 @@ class PostgresJobStore(PgFinishes):
         ``admit`` reads through this same transaction (see ``_read``)."""
         params = self._params(self._record_args(record))
         params["queue_at"] = due_at(record) if claimable else None
-        run_id = record.get("run_id")
 
         def op(conn: Conn, retried: bool) -> tuple[JobRow, bool]:
             with conn.transaction():
@@ -169,10 +165,7 @@ class PostgresJobStore(PgFinishes):
                 got = self._lock(conn, params)
                 if got is not None and got[1]:
                     existing = got[0]
-                    mine = (
-                        retried and run_id is not None and existing.record.get("run_id") == run_id
-                    )
-                    return existing, mine
+                    return existing, own_run(existing, record, retried=retried)
                 self._tls.conn = conn
                 try:
                     admit()  # an exception rolls the transaction back: nothing written
@@ -219,11 +212,7 @@ class PostgresJobStore(PgFinishes):
                     got = found.get(records[k]["job_id"])
                     if got is not None and got[1]:
                         # A retry whose first try committed finds its own run: created.
-                        run_id = records[k].get("run_id")
-                        mine = (
-                            retried and run_id is not None and got[0].record.get("run_id") == run_id
-                        )
-                        out[k] = (got[0], mine)
+                        out[k] = (got[0], own_run(got[0], records[k], retried=retried))
                     else:
                         (new if got is None else replace).append(k)
                 if admit is not None:

@@ -15,26 +15,16 @@ with a lock; SQLite serialises writers across processes (busy timeout).
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from importlib import resources
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from au import ComputationResult, ComputationStatus
 
-from nw.canonical import stored_json
-from nw.jobs.core import limits
-from nw.jobs.core.errors import JobStoreError
 from nw.jobs.core.model import ACTIVE_STATUSES
-from nw.jobs.core.records import JobRow, unreadable_record
+from nw.jobs.core.records import JobRow
 from nw.jobs.core.storable import storable, storable_fields
-from nw.jobs.execution.wake import WakeListener, wake_runners
 from nw.jobs.stores.base import (
     as_stored,
     carry_over,
@@ -43,231 +33,31 @@ from nw.jobs.stores.base import (
     rollup_rows,
     utc_iso,
 )
-from nw.jobs.stores.columns import COLUMNS, PATCHED_BY_FLAG, patch_values, patched_alone, row_values
-from nw.jobs.stores.shared import SharedStore
-from nw.jobs.stores.sql import load_queries
+from nw.jobs.stores.columns import row_values
+from nw.jobs.stores.sqlite_base import (
+    DB_NAME,
+    LIMITS_VERSION,
+    POLICY_VERSION,
+    ROLLUP_VERSION,
+    SCHEMA_VERSION,
+    Q,
+    _dumps,
+)
+from nw.jobs.stores.sqlite_claims import SqliteClaims
 
-DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 5
-#: The version that added the prune rollup (an older file read read-only has none).
-ROLLUP_VERSION = 3
-#: The version that added limits, priorities and turns (the same for a read-only handle).
-LIMITS_VERSION = 4
-#: The version that added the spend policy (budgets, approval).
-POLICY_VERSION = 5
-Q = load_queries("sqlite_queries.sql")
-#: The columns a patch sets by a statement of their own (``patch_<name>``).
-_PATCHED_ALONE = patched_alone("sqlite")
-UPGRADES = load_queries("sqlite_upgrades.sql")
-
-
-def _dumps(value: Any) -> str:
-    return stored_json(value)
-
-
-def _use_wal(conn: sqlite3.Connection, *, within_s: float = 30.0) -> None:
-    """Switch a new file to WAL (it stays so). Two processes creating one file at
-    once can get SQLITE_BUSY here without the busy handler ever being called
-    (SQLite avoids a deadlock between the two lock upgrades), so it is retried
-    for as long as the busy timeout would have waited."""
-    deadline = time.monotonic() + within_s
-    pause = 0.001
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            busy = exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-            if not busy or time.monotonic() > deadline:
-                raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+__all__ = [
+    "DB_NAME",
+    "LIMITS_VERSION",
+    "POLICY_VERSION",
+    "ROLLUP_VERSION",
+    "SCHEMA_VERSION",
+    "SqliteJobStore",
+]
 
 
-class SqliteJobStore(SharedStore):
-    ROLLUP_QUERIES: ClassVar[Mapping[str, str]] = {
-        "spend_since": "rollup_since",
-        "counts": "rollup_counts",
-    }
-    #: The schema version that added each feature's tables (``_has``).
-    FEATURE_VERSIONS: ClassVar[Mapping[str, int]] = {
-        "rollup": ROLLUP_VERSION,
-        "limits": LIMITS_VERSION,
-        "policy": POLICY_VERSION,
-    }
+class SqliteJobStore(SqliteClaims):
+    """One project's jobs in ``<root>/.nw/jobs/jobs.sqlite3`` (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False):
-        self.path = Path(path)
-        self.read_only = read_only
-        self._lock = threading.RLock()
-        self._pid = os.getpid()
-        with self._driver_errors("cannot be opened"):
-            self._conn = self._connect()
-
-    # ----- connection ------------------------------------------------------------
-    @contextmanager
-    def _driver_errors(self, what: str | None = None) -> Iterator[None]:
-        """The one place an sqlite3 error becomes the project's ``JobStoreError``."""
-        try:
-            yield
-        except sqlite3.DatabaseError as exc:
-            where = f"job store {str(self.path)!r}"
-            if what:  # opening: the driver's traceback adds nothing to the message
-                raise JobStoreError(f"{where} {what}: {exc}") from None
-            raise JobStoreError(f"{where}: {exc}") from exc
-
-    def _connect_read_only(self, flags: str) -> sqlite3.Connection:
-        uri = f"{self.path.as_uri()}?{flags}"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout = 10000")
-        conn.execute("PRAGMA query_only = ON")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return conn
-
-    def _closed_cleanly(self) -> bool:
-        """No -wal and no -shm beside the file: every connection closed (checkpointed)."""
-        return not any(Path(f"{self.path}{end}").exists() for end in ("-wal", "-shm"))
-
-    def _connect(self) -> sqlite3.Connection:
-        if self.read_only:
-            try:
-                return self._connect_read_only("mode=ro")
-            except sqlite3.OperationalError:
-                if not self._closed_cleanly() or os.access(self.path.parent, os.W_OK):
-                    raise
-            # A folder we may not write, after a clean close: WAL mode wants to create
-            # the -shm file even to read. With no -wal and no -shm no connection is
-            # open, so the file is read as it stands (immutable: no locks, no -shm).
-            return self._connect_read_only("mode=ro&immutable=1")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-        )
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout = 30000")
-        _use_wal(conn)
-        conn.execute("PRAGMA synchronous = NORMAL")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version < SCHEMA_VERSION:
-            schema = resources.files("nw.jobs.stores").joinpath("sqlite_schema.sql").read_text()
-            schema = "\n".join(ln for ln in schema.splitlines() if not ln.lstrip().startswith("--"))
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                again = conn.execute("PRAGMA user_version").fetchone()[0]  # another process?
-                if 1 <= again < LIMITS_VERSION:  # add the columns it lacks; the rest below
-                    have = {r["name"] for r in conn.execute("PRAGMA table_info(jobs)")}
-                    for name in ("limit_key", "priority", "actor_seq"):
-                        if name not in have:
-                            conn.execute(UPGRADES[f"upgrade_2_{name}"])
-                for statement in schema.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        elif version > SCHEMA_VERSION:
-            raise JobStoreError(
-                f"job store {str(self.path)!r} has schema {version}, newer than this "
-                f"nw-jobs understands ({SCHEMA_VERSION}); upgrade nw-jobs"
-            )
-        return conn
-
-    @contextmanager
-    def _cursor(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        if write and self.read_only:
-            raise JobStoreError("this job store was opened read-only")
-        with self._lock, self._driver_errors():
-            if os.getpid() != self._pid:  # a forked child must not share the handle
-                self._pid, self._conn = os.getpid(), self._connect()
-            conn = self._conn
-            if not write:
-                yield conn
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    # ----- the connector (nw/jobs/stores/shared.py) -------------------------------
-    def _all(self, name: str, args: Mapping[str, Any] | None = None) -> Sequence[Mapping[str, Any]]:
-        with self._cursor() as c:
-            return c.execute(Q[name], args or {}).fetchall()
-
-    def _run(self, name: str, args: Mapping[str, Any]) -> int:
-        with self._cursor(write=True) as c:
-            return c.execute(Q[name], args).rowcount
-
-    def _from_json(self, value: Any) -> Any:
-        return json.loads(value)
-
-    def _to_json(self, value: Any) -> Any:
-        return _dumps(value)
-
-    def _from_time(self, value: Any) -> datetime:
-        return datetime.fromisoformat(value)
-
-    def _has(self, feature: str) -> bool:
-        """A writable handle upgraded the file; a read-only one may read an older file."""
-        if not self.read_only:
-            return True
-        with self._cursor() as c:
-            version = c.execute("PRAGMA user_version").fetchone()[0]
-        return version >= self.FEATURE_VERSIONS[feature]
-
-    # ----- decoding --------------------------------------------------------------
-    def _row(self, r: Mapping[str, Any]) -> JobRow:
-        job_id = r["job_id"]
-        try:
-            doc = json.loads(r["doc"])
-            if not isinstance(doc, dict):
-                raise ValueError("not an object")
-        except (TypeError, ValueError) as exc:
-            doc = unreadable_record(job_id, f"index: {exc}")
-        record = dict(doc)
-        for name in COLUMNS:
-            record[name] = r[name]  # the columns stay readable even when the doc is not
-        record["cancel_requested"] = bool(record["cancel_requested"])
-        au_status, value, error = r["status"], r["value"], r["error"]
-        if au_status is None:
-            return JobRow(record, "failed", None, "the job's status entry is missing")
-        result = None
-        if value is not None:
-            try:
-                result = json.loads(value)
-            except ValueError as exc:
-                record.setdefault("error", f"the job's stored result is unreadable ({exc})")
-                au_status = "failed"
-        return JobRow(record, au_status, result, error)
-
-    def _get(self, c: sqlite3.Connection, job_id: str) -> JobRow | None:
-        r = c.execute(Q["get"], {"job_id": job_id}).fetchone()
-        return None if r is None else self._row(r)
-
-    # ----- reads -----------------------------------------------------------------
-    def change_mark(self) -> tuple[int, int]:
-        # data_version moves on a commit by any other connection, total_changes
-        # on this one's own writes; both are free (no table is read).
-        with self._cursor() as c:
-            return c.execute(Q["change_mark"]).fetchone()[0], c.total_changes
-
-    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
-        # Every commit, by any process, writes the -wal file beside the database.
-        from nw.jobs.stores import file_changes
-
-        return file_changes.subscribe(self.path.parent, callback)
-
-    # ----- transitions -----------------------------------------------------------
     def _put_job(self, c: sqlite3.Connection, record: Mapping[str, Any]) -> dict[str, Any]:
         cols, doc = row_values(record)
         c.execute(Q["put_job"], {**cols, "doc": _dumps(doc)})
@@ -341,183 +131,6 @@ class SqliteJobStore(SharedStore):
         if any(claimable[k] for k, _, _ in todo):
             self.wake_workers()  # once for the batch, after the commit
         return [pair for pair in out if pair is not None]
-
-    def _start_rows(
-        self, c: sqlite3.Connection, ids: Sequence[str], now: float, runner_id: str
-    ) -> list[JobRow]:
-        rows = []
-        for job_id in ids:
-            args = {"job_id": job_id, "now": now, "runner_id": runner_id}
-            c.execute(Q["start_status"], args)
-            c.execute(Q["start_job"], args)
-            row = self._get(c, job_id)
-            assert row is not None  # started just now, in this transaction
-            rows.append(row)
-        return rows
-
-    def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
-        with self._cursor(write=True) as c:
-            if not c.execute(Q["can_start"], {"job_id": job_id}).fetchone():
-                return None
-            info = c.execute(Q["job_limit"], {"job_id": job_id}).fetchone()
-            not_before, key = info["not_before"], info["limit_key"]
-            if isinstance(not_before, (int, float)) and not_before > now:
-                return limits.NotYet(float(not_before), limits.delay_text(not_before - now))
-            rooms = self._rooms(c, now)
-            if key is not None and rooms.get(key, (None, []))[0] == 0:
-                return limits.NotYet(now + 0.2, f"waiting: {key}")
-            rows = self._start_rows(c, [job_id], now, runner_id)
-            self._note_starts(c, rooms, [key], now)
-            return rows[0]
-
-    def _rooms(
-        self, c: sqlite3.Connection, now: float
-    ) -> dict[str, tuple[int | None, list[float]]]:
-        """Each limited key's room now and its start log of the last second
-        (read under the write lock: exact)."""
-        out = {}
-        for r in c.execute(Q["limit_rooms"]):
-            log = [t for t in json.loads(r["starts"]) if t > now - limits.RATE_WINDOW_S]
-            running = None if r["max_running"] is None else r["max_running"] - r["running"]
-            rate = None if r["per_second"] is None else r["per_second"] - len(log)
-            out[r["limit_key"]] = (limits.room(running, rate), log)
-        return out
-
-    def _note_starts(
-        self,
-        c: sqlite3.Connection,
-        rooms: Mapping[str, tuple[int | None, list[float]]],
-        keys: Sequence[str | None],
-        now: float,
-    ) -> None:
-        started: dict[str, int] = {}
-        for key in keys:
-            if key is not None and key in rooms:
-                started[key] = started.get(key, 0) + 1
-        for key, n in started.items():
-            log = rooms[key][1] + [now] * n
-            c.execute(Q["note_starts"], {"key": key, "starts": json.dumps(log), "now": now})
-
-    def claim(
-        self, kinds: Sequence[str], *, now: float, runner_id: str, limit: int = 1
-    ) -> list[JobRow]:
-        """See ``JobStore.claim``: under the write lock, the limits' rooms are
-        read once; candidates of full keys are passed over (their keys go in
-        ``skip_keys`` and the next candidates are read)."""
-        if not kinds or limit < 1:
-            return []
-        with self._cursor(write=True) as c:
-            rooms = self._rooms(c, now)
-            free = {key: room for key, (room, _) in rooms.items()}
-            skip = sorted(key for key, room in free.items() if room == 0)
-            ids: list[str] = []
-            keys: list[str | None] = []
-            for _round in range(limits.CLAIM_ROUNDS):
-                want = int(limit) - len(ids)
-                args = {
-                    "now": now,
-                    "kinds": json.dumps(list(kinds)),
-                    "limit": want,
-                    "skip_keys": json.dumps(skip),
-                }
-                cands = [(r["job_id"], r["limit_key"]) for r in c.execute(Q["claimable"], args)]
-                admitted, full = limits.admit(cands, free)
-                by_id = dict(cands)
-                for job_id in admitted:
-                    key = by_id[job_id]
-                    if (room := free.get(key)) is not None:
-                        free[key] = room - 1
-                ids += admitted
-                keys += [by_id[job_id] for job_id in admitted]
-                if len(admitted) == len(cands) or len(ids) >= limit:
-                    break
-                skip = sorted(set(skip) | set(full))
-            rows = self._start_rows(c, ids, now, runner_id) if ids else []
-            self._note_starts(c, rooms, keys, now)
-            return rows
-
-    # ----- limits ----------------------------------------------------------------
-    def set_limit(
-        self, key: str, *, max_running: int | None, per_second: int | None, now: float
-    ) -> None:
-        args = {"key": key, "max_running": max_running, "per_second": per_second, "now": now}
-        with self._cursor(write=True) as c:
-            if max_running is None and per_second is None:
-                c.execute(Q["delete_limit"], args)
-            else:
-                c.execute(Q["set_limit"], args)
-
-    def limits(self, *, now: float) -> list[limits.Limit]:
-        with self._cursor() as c:
-            rows = c.execute(Q["limit_rooms"]).fetchall() if self._has("limits") else []
-        return [
-            limits.Limit(
-                r["limit_key"],
-                r["max_running"],
-                r["per_second"],
-                int(r["running"]),
-                sum(1 for t in json.loads(r["starts"]) if t > now - limits.RATE_WINDOW_S),
-            )
-            for r in rows
-        ]
-
-    def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
-        with self._cursor() as c:
-            if not self._has("limits"):  # an older file, read-only: no claim order to replay
-                return []
-            return [dict(r) for r in c.execute(Q["queue_ahead"], {"limit": int(limit)})]
-
-    def _fence(
-        self, c: sqlite3.Connection, job_id: str, attempt: int | None, *, unfinished: bool = False
-    ) -> str | None:
-        """The job's doc when a write fenced by ``attempt`` may go ahead, else
-        None (also when ``unfinished`` and the job is finished)."""
-        r = c.execute(Q["fence"], {"job_id": job_id}).fetchone()
-        if r is None or (attempt is not None and r["attempt"] != attempt):
-            return None
-        if unfinished and r["finished"]:
-            return None
-        return r["doc"]
-
-    def _patch(
-        self, c: sqlite3.Connection, job_id: str, fields: Mapping[str, Any], doc: str
-    ) -> None:
-        """Set record fields: columns by their set flags (indexed ones by their
-        own statement), doc fields merged into ``doc`` (the job's current doc
-        text) at the top level."""
-        args: dict[str, Any] = {"job_id": job_id, "doc": None, "doc_patch": None}
-        args.update({f"set_{name}": False for name in PATCHED_BY_FLAG})
-        args.update(dict.fromkeys(PATCHED_BY_FLAG))
-        cols, merged = patch_values(fields)
-        alone = [name for name in cols if name in _PATCHED_ALONE]
-        for name, value in cols.items():
-            if name in PATCHED_BY_FLAG:
-                args[name] = value
-                args[f"set_{name}"] = True
-            elif name in _PATCHED_ALONE:
-                args[name] = value
-        if any(value is None or isinstance(value, dict) for value in merged.values()):
-            args["doc"] = self._merged_doc(job_id, doc, merged)
-        elif merged:  # merged by SQLite: no parse and re-dump of the doc here
-            args["doc_patch"] = _dumps(merged)
-        if merged or any(args[f"set_{name}"] for name in PATCHED_BY_FLAG):
-            c.execute(Q["patch"], args)
-        for name in alone:
-            c.execute(Q[f"patch_{name}"], args)
-
-    def _merged_doc(self, job_id: str, doc: str, fields: Mapping[str, Any]) -> str:
-        """``doc`` with these fields set at the top level (ValueError or TypeError,
-        before anything is written, when a value is not JSON)."""
-        try:
-            current = json.loads(doc)
-            if not isinstance(current, dict):
-                raise ValueError("not an object")
-        except (TypeError, ValueError):
-            raise JobStoreError(
-                f"job store {str(self.path)!r}: job {job_id}: malformed JSON"
-            ) from None
-        current.update(fields)
-        return _dumps(current)
 
     def patch(self, job_id: str, fields: Mapping[str, Any], *, attempt: int | None) -> bool:
         fields, _ = storable_fields(fields)
@@ -598,7 +211,6 @@ class SqliteJobStore(SharedStore):
             c.execute(Q["beat_jobs"], args)
             return {r["job_id"] for r in c.execute(Q["jobs_to_stop"], args)}
 
-    # ----- learning, progress, runners -------------------------------------------
     def samples(self, keys: Sequence[str], *, window: int) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {key: [] for key in keys}
         if not keys:
@@ -642,7 +254,6 @@ class SqliteJobStore(SharedStore):
             rows = c.execute(Q["runners"]).fetchall()
         return [self._runner(r) for r in rows]
 
-    # ----- history: prune, totals, metrics ------------------------------------------
     def prune(self, *, cutoff: float, batch: int = 500) -> int:
         deleted = 0
         while True:
@@ -662,16 +273,6 @@ class SqliteJobStore(SharedStore):
             if len(rows) < batch:
                 return deleted
 
-    # ----- waking idle workers ----------------------------------------------------
-    def wake_listener(self, runner_id: str) -> WakeListener:
-        """A Unix datagram socket; its address is announced in the runners table."""
-        return WakeListener(f"nw-jobs/{runner_id}")
-
-    def wake_workers(self) -> None:
-        """A datagram to each announced runner's wake address."""
-        wake_runners(self)
-
-    # ----- raw access behind the views ------------------------------------------
     def put_record(self, record: Mapping[str, Any]) -> None:
         with self._cursor(write=True) as c:
             cols = self._put_job(c, record)
@@ -701,6 +302,5 @@ class SqliteJobStore(SharedStore):
         if not written:
             raise KeyError(f"no job {job_id!r} in this store")
 
-    # ----- spend policy (nw/jobs/api/budgets.py) ---------------------------------------
     def hold_budgets(self, keys: Sequence[str]) -> None:
         """Nothing to lock: an admitted create already holds the file's write lock."""
