@@ -30,6 +30,26 @@ j.au_status AS status, j.au_value AS value, j.au_error AS error
  ORDER BY j.created_at DESC, j.job_id DESC
  LIMIT %(limit)s
 
+-- fragment: start_attempt
+-- Start an attempt (the SET list of every statement that starts a job: the
+-- claim, a start by id, the limited start, a finish's folded claim): bump the
+-- attempt (the lease counter), running, stamped and beating, the runner named,
+-- and the attempt appended to the record's `attempts` (its number in the run,
+-- its lease, the runner with the host and pid it announced as `r`, when it
+-- started; the outcome closes it).
+attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
+heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL,
+doc = jsonb_set(j.doc, '{attempts}',
+coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
+THEN j.doc->'attempts' END, '[]'::jsonb)
+|| jsonb_build_array(jsonb_build_object(
+'attempt', j.attempt + 1 - coalesce((j.doc->>'attempt_base')::integer, 0),
+'lease', j.attempt + 1,
+'runner_id', %(runner_id)s::text,
+'host', r.info->'host',
+'pid', r.info->'pid',
+'started_at', %(now)s::double precision)))
+
 -- name: get
 -- One job.
 SELECT {{job_columns}}
@@ -253,18 +273,7 @@ WITH picked AS (
      FOR UPDATE OF j
 ), jb AS (
   UPDATE nw_jobs.jobs j
-     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
-         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL,
-         doc = jsonb_set(j.doc, '{attempts}',
-                   coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
-                                 THEN j.doc->'attempts' END, '[]'::jsonb)
-                   || jsonb_build_array(jsonb_build_object(
-                        'attempt', j.attempt + 1 - coalesce((j.doc->>'attempt_base')::integer, 0),
-                        'lease', j.attempt + 1,
-                        'runner_id', %(runner_id)s::text,
-                        'host', r.info->'host',
-                        'pid', r.info->'pid',
-                        'started_at', %(now)s::double precision)))
+     SET {{start_attempt}}
     FROM picked
     LEFT JOIN nw_jobs.runners r
       ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
@@ -305,18 +314,7 @@ WITH blocked AS MATERIALIZED (
              FOR UPDATE SKIP LOCKED) j
 ), jb AS (
   UPDATE nw_jobs.jobs j
-     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
-         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL,
-         doc = jsonb_set(j.doc, '{attempts}',
-                   coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
-                                 THEN j.doc->'attempts' END, '[]'::jsonb)
-                   || jsonb_build_array(jsonb_build_object(
-                        'attempt', j.attempt + 1 - coalesce((j.doc->>'attempt_base')::integer, 0),
-                        'lease', j.attempt + 1,
-                        'runner_id', %(runner_id)s::text,
-                        'host', r.info->'host',
-                        'pid', r.info->'pid',
-                        'started_at', %(now)s::double precision)))
+     SET {{start_attempt}}
     FROM picked
     LEFT JOIN nw_jobs.runners r
       ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
@@ -366,18 +364,7 @@ WITH picked AS (
      FOR UPDATE OF j SKIP LOCKED
 ), jb AS (
   UPDATE nw_jobs.jobs j
-     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
-         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL,
-         doc = jsonb_set(j.doc, '{attempts}',
-                   coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
-                                 THEN j.doc->'attempts' END, '[]'::jsonb)
-                   || jsonb_build_array(jsonb_build_object(
-                        'attempt', j.attempt + 1 - coalesce((j.doc->>'attempt_base')::integer, 0),
-                        'lease', j.attempt + 1,
-                        'runner_id', %(runner_id)s::text,
-                        'host', r.info->'host',
-                        'pid', r.info->'pid',
-                        'started_at', %(now)s::double precision)))
+     SET {{start_attempt}}
     FROM picked
     LEFT JOIN nw_jobs.runners r
       ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
@@ -556,18 +543,7 @@ WITH p AS (
              FOR UPDATE SKIP LOCKED) j
 ), jb AS (
   UPDATE nw_jobs.jobs j
-     SET attempt = j.attempt + 1, au_status = 'running', started_at = %(now)s,
-         heartbeat_at = %(now)s, runner_id = %(runner_id)s, lease = %(lease)s, queue_at = NULL,
-         doc = jsonb_set(j.doc, '{attempts}',
-                   coalesce(CASE WHEN jsonb_typeof(j.doc->'attempts') = 'array'
-                                 THEN j.doc->'attempts' END, '[]'::jsonb)
-                   || jsonb_build_array(jsonb_build_object(
-                        'attempt', j.attempt + 1 - coalesce((j.doc->>'attempt_base')::integer, 0),
-                        'lease', j.attempt + 1,
-                        'runner_id', %(runner_id)s::text,
-                        'host', r.info->'host',
-                        'pid', r.info->'pid',
-                        'started_at', %(now)s::double precision)))
+     SET {{start_attempt}}
     FROM picked
     LEFT JOIN nw_jobs.runners r
       ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
