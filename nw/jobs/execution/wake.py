@@ -12,6 +12,7 @@ import contextlib
 import socket
 import sys
 import time
+import weakref
 from typing import Any, Protocol
 
 
@@ -20,17 +21,20 @@ class _AnnouncesRunners(Protocol):
 
 
 _CACHE_S = 1.0
-_cache: dict[int, tuple[float, list[str]]] = {}
+#: Each store's announced wake addresses, read at most once a second. Keyed by
+#: the store itself, weakly: a key by ``id(store)`` outlived its store, and a
+#: new store given the same id read another project's (or test's) addresses.
+_cache: weakref.WeakKeyDictionary[Any, tuple[float, list[str]]] = weakref.WeakKeyDictionary()
 
 
 def wake_runners(store: _AnnouncesRunners) -> None:
     if not sys.platform.startswith("linux"):
         return
     now = time.monotonic()
-    cached = _cache.get(id(store))
+    cached = _cache.get(store)
     if cached is None or now - cached[0] > _CACHE_S:
         addrs = [r["wake"] for r in store.runners() if r.get("wake")]
-        _cache[id(store)] = cached = (now, addrs)
+        _cache[store] = cached = (now, addrs)
     if not cached[1]:
         return
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
