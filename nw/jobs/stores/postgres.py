@@ -88,6 +88,7 @@ from nw.jobs.stores.base import (
 from nw.jobs.stores.group_commit import GroupCommit
 from nw.jobs.stores.pg_database import Conn, Database, RetryNow, one, one_row
 from nw.jobs.stores.pg_listen import PgWakeListener
+from nw.jobs.stores.pg_parked import PgParking
 from nw.jobs.stores.pg_pool import close_pools as _close_pools
 from nw.jobs.stores.pg_schema import check_schema, forget_checks, migrate
 from nw.jobs.stores.sql import load_queries
@@ -138,7 +139,7 @@ def channel_for(project_id: str, prefix: str = "nw_jobs_") -> str:
 CHANGES_PREFIX = "nw_chg_"
 
 
-class PostgresJobStore(JobStore):
+class PostgresJobStore(PgParking, JobStore):
     """One project's jobs in a PostgreSQL database (see the module docstring)."""
 
     limit_scope = "database"  # the limits table is not per project

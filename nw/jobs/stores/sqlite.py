@@ -52,15 +52,18 @@ from nw.jobs.stores.base import (
     utc_iso,
 )
 from nw.jobs.stores.sql import load_queries
+from nw.jobs.stores.sqlite_parked import SqliteParking
 
 DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: The version that added the prune rollup (an older file read read-only has none).
 ROLLUP_VERSION = 3
 #: The version that added limits, priorities and turns (the same for a read-only handle).
 LIMITS_VERSION = 4
 #: The version that added the spend policy (budgets, approval).
 POLICY_VERSION = 5
+#: The version that added parked provider jobs (the parked table).
+PARKED_VERSION = 6
 Q = load_queries("sqlite_queries.sql")
 UPGRADES = load_queries("sqlite_upgrades.sql")
 #: The columns the ``patch`` statement sets by flag; the indexed ones have a
@@ -108,7 +111,7 @@ def _use_wal(conn: sqlite3.Connection, *, within_s: float = 30.0) -> None:
             pause = min(pause * 2, 0.05)
 
 
-class SqliteJobStore(JobStore):
+class SqliteJobStore(SqliteParking, JobStore):
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False):
         self.path = Path(path)
         self.read_only = read_only

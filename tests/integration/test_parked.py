@@ -1,0 +1,217 @@
+"""Parked provider jobs: a body submits and returns ``Submitted``; its slot goes at
+once, the job stays running ("waiting on fake, 3rd in queue"), and a poll (or
+the provider's webhook) resumes it. On both stores, in-process (``dispatch=``)
+and with real worker processes (kill -9 included)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from nw import jobs
+from nw.jobs.api.handles import writer
+from tests.fixtures import parked_kinds
+from tests.fixtures.parked_kinds import lines
+from tests.helpers import wait_until
+from tests.integration.workers import start_worker, stop
+
+pytestmark = pytest.mark.slow
+
+WORKER_IMPORT = ("--import", "tests.fixtures.parked_kinds")
+
+
+@pytest.fixture(autouse=True)
+def _kinds():
+    parked_kinds.register()
+
+
+@pytest.fixture
+def fake(tmp_path):
+    folder = tmp_path / "provider"
+    folder.mkdir()
+    return folder
+
+
+def start(project, cfg, slots=3):
+    return start_worker(
+        project, max_concurrent=slots, database_url=cfg.database_url, extra=WORKER_IMPORT
+    )
+
+
+def parked_count(project, made, cfg):
+    return sum(bool(jobs.get_job(project, j.job_id, config=cfg).parked) for j in made)
+
+
+def done(project, job_id, cfg, timeout=30):
+    return wait_until(
+        lambda: (j := jobs.get_job(project, job_id, config=cfg)) and j.is_terminal and j,
+        timeout=timeout,
+        what=f"job {job_id[:8]} finished",
+    )
+
+
+def parked(project, job_id, cfg, timeout=30):
+    return wait_until(
+        lambda: (j := jobs.get_job(project, job_id, config=cfg)) and j.parked and j,
+        timeout=timeout,
+        what=f"job {job_id[:8]} parked",
+    )
+
+
+def test_in_process_park_frees_the_slot_and_a_poll_finishes_it(cfg, project, fake):
+    # Given a body that submits to the provider and parks, run in this process
+    dispatch = {"p.render": parked_kinds.render}
+    params = {"dir": str(fake), "takes_s": 1.5, "position": 3}
+    job = jobs.enqueue(project, "p.render", params, dispatch=dispatch, config=cfg)
+    # Then it parks: running, waiting on the provider, its slot free
+    seen = parked(project, job.job_id, cfg)
+    assert seen.status == jobs.RUNNING
+    assert seen.waiting == "waiting on fake, 3rd in queue"
+    assert seen.parked["provider"] == "fake" and seen.parked["position"] == 3
+    assert jobs.to_dict(seen)["parked"]["request_id"] == lines(fake, "submits.log")[0]
+    rt = writer(project, cfg)
+    wait_until(lambda: rt.busy == 0, timeout=5, what="the slot let go")
+    assert rt.holds(job.job_id) is False
+    # And a poll finishes it, with the provider's result and cost
+    end = done(project, job.job_id, cfg)
+    assert end.status == jobs.SUCCEEDED, end.error
+    assert end.result["video"].startswith("https://fake/")
+    assert end.cost.actual_usd == pytest.approx(0.25)
+    assert end.parked is None and end.waiting is None
+    assert len(lines(fake, "submits.log")) == 1
+    assert len(lines(fake, "polls.log")) >= 1
+
+
+def test_a_worker_with_one_slot_parks_every_job_at_once_and_polls_them_done(cfg, project, fake):
+    # Given one worker with a single slot and six renders that take 2 s at the provider
+    params = [{"dir": str(fake), "takes_s": 2.0, "i": i} for i in range(6)]
+    made = jobs.enqueue_many(project, [("p.render", p) for p in params], config=cfg)
+    worker = start_worker(
+        project, max_concurrent=1, database_url=cfg.database_url, extra=WORKER_IMPORT
+    )
+    try:
+        # Then all six are parked at once (one slot: no body held it while the provider worked)
+        wait_until(
+            lambda: (
+                sum(bool(jobs.get_job(project, j.job_id, config=cfg).parked) for j in made) == 6
+            ),
+            timeout=30,
+            what="six parked at once",
+        )
+        ends = [done(project, j.job_id, cfg) for j in made]
+    finally:
+        stop(worker)
+    assert {e.status for e in ends} == {jobs.SUCCEEDED}
+    assert len(lines(fake, "submits.log")) == 6  # no body ran twice
+
+
+def test_a_poll_that_raises_is_retried_and_the_retry_reattaches(cfg, project, fake):
+    # Given a retryable kind whose first poll fails (the provider's status route 502s)
+    (fake / "fail_next_poll").write_text("1")
+    params = {"dir": str(fake), "takes_s": 0.3}
+    job = jobs.enqueue(project, "p.render", params, config=cfg)
+    worker = start_worker(
+        project, max_concurrent=2, database_url=cfg.database_url, extra=WORKER_IMPORT
+    )
+    try:
+        end = done(project, job.job_id, cfg, timeout=60)
+    finally:
+        stop(worker)
+    # Then the job succeeds on attempt 2, re-attached to the same request: one submit
+    assert end.status == jobs.SUCCEEDED, end.error
+    assert end.attempt == 2
+    assert "502" in (end.attempts[0]["error"] or "")
+    assert len(lines(fake, "submits.log")) == 1
+
+
+def test_cancel_of_a_parked_job_cancels_at_the_provider_once(cfg, project, fake):
+    params = {"dir": str(fake), "takes_s": 60}
+    job = jobs.enqueue(project, "p.render", params, config=cfg)
+    worker = start(project, cfg)
+    try:
+        parked(project, job.job_id, cfg)
+        jobs.cancel_job(project, job.job_id, config=cfg)
+        end = done(project, job.job_id, cfg)
+        assert end.status == jobs.CANCELLED
+        assert end.error_kind == jobs.ERROR_KIND_CANCELLED
+        # a while later, still one remote cancel (the job ended; nothing looks at it again)
+        wait_until(lambda: lines(fake, "cancels.log"), timeout=5, what="the remote cancel")
+    finally:
+        stop(worker)
+    assert lines(fake, "cancels.log") == lines(fake, "submits.log")
+
+
+def test_a_job_parked_past_its_deadline_is_cancelled_at_the_provider_and_fails(cfg, project, fake):
+    params = {"dir": str(fake), "takes_s": 60, "deadline_s": 1.0}
+    job = jobs.enqueue(project, "p.render", params, config=cfg)
+    worker = start(project, cfg)
+    try:
+        end = done(project, job.job_id, cfg)
+    finally:
+        stop(worker)
+    assert end.status == jobs.FAILED
+    assert end.error == "timed out at the provider"
+    assert end.attempt == 1  # never retried: it would re-attach to a cancelled request
+    assert lines(fake, "cancels.log") == lines(fake, "submits.log")
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_parked_jobs_outlive_their_worker_and_finish_under_the_next(cfg, project, fake, how):
+    # Given 20 jobs parked by a worker that is then killed (or stopped)
+    params = [{"dir": str(fake), "takes_s": 3.0, "i": i} for i in range(20)]
+    made = jobs.enqueue_many(project, [("p.render", p) for p in params], config=cfg)
+    first = start_worker(
+        project, max_concurrent=4, database_url=cfg.database_url, extra=WORKER_IMPORT
+    )
+    try:
+        wait_until(
+            lambda: (
+                sum(bool(jobs.get_job(project, j.job_id, config=cfg).parked) for j in made) == 20
+            ),
+            timeout=30,
+            what="twenty parked",
+        )
+    finally:
+        os.kill(first.pid, how)
+        first.wait(30)
+    # And the provider finishes them while no worker runs
+    # When another worker starts
+    second = start_worker(
+        project, max_concurrent=4, database_url=cfg.database_url, extra=WORKER_IMPORT
+    )
+    try:
+        ends = [done(project, j.job_id, cfg, timeout=60) for j in made]
+    finally:
+        stop(second)
+    # Then every job completes, and no body ran twice
+    assert {e.status for e in ends} == {jobs.SUCCEEDED}
+    assert len(lines(fake, "submits.log")) == 20
+    assert {e.attempt for e in ends} == {1}
+
+
+def test_limits_count_parked_jobs_as_running(cfg, project, fake):
+    # Given the provider's key limited to 2 running, and 5 long renders
+    jobs.set_limit(project, "fake", max_running=2, config=cfg)
+    params = [{"dir": str(fake), "takes_s": 60, "i": i} for i in range(5)]
+    made = jobs.enqueue_many(project, [("p.render", p) for p in params], config=cfg)
+    worker = start_worker(
+        project, max_concurrent=4, database_url=cfg.database_url, extra=WORKER_IMPORT
+    )
+    try:
+        wait_until(
+            lambda: (
+                sum(bool(jobs.get_job(project, j.job_id, config=cfg).parked) for j in made) == 2
+            ),
+            timeout=30,
+            what="two parked",
+        )
+        # Then no third starts while two are parked (their slots are free; the key is full)
+        wait_until(lambda: len(lines(fake, "polls.log")) >= 4, timeout=30, what="a few polls")
+        states = [jobs.get_job(project, j.job_id, config=cfg).status for j in made]
+        assert states.count(jobs.RUNNING) == 2 and states.count(jobs.QUEUED) == 3
+        assert len(lines(fake, "submits.log")) == 2
+    finally:
+        stop(worker)
+        jobs.set_limit(project, "fake", max_running=None, config=cfg)
