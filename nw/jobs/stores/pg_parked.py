@@ -98,7 +98,7 @@ class PgParking:
             "job_id": job_id,
             "attempt": attempt,
             "now": now,
-            "webhook": Jsonb(storable(payload)),
+            "webhook": Jsonb(storable(payload)[0]),
         }
         rows = self._parked_run("keep_webhook", args)
         if not rows:

@@ -101,7 +101,7 @@ class SqliteParking:
             c.execute(P["unpark"], {"job_id": job_id})
 
     def keep_webhook(self, job_id: str, attempt: int, payload: Any, *, now: float) -> Kept:
-        text = stored_json(storable(payload))
+        text = stored_json(storable(payload)[0])
         with self._cursor(write=True) as c:  # type: ignore[attr-defined]
             row = self._get(c, job_id)  # type: ignore[attr-defined]
             if row is None or row.record.get("finished_at") is not None:
