@@ -28,8 +28,10 @@ FIRST_POLL_S = 1.0
 """The first poll of a parked job comes this long after the park."""
 MAX_POLL_S = 15.0
 """Back-off ceiling between two polls of one job (completion is noticed within it)."""
+WEBHOOK_FIRST_POLL_S = 10.0
 WEBHOOK_POLL_S = 60.0
-"""With a webhook on its way, a poll is only the safety net: this often at most."""
+"""With a webhook on its way, a poll is only the safety net: the first after
+``WEBHOOK_FIRST_POLL_S``, then doubling up to this."""
 LOOK_S = 30.0
 """A poller's lease on the parked jobs it took for one look: another process
 takes them only once it lapsed (the poller died mid-look)."""
@@ -135,10 +137,12 @@ def pending_fields(
 
 def next_poll_in(polls: int, *, webhook: bool, pending: Pending | None = None) -> float:
     """Seconds to the next poll after ``polls`` polls: doubling from
-    ``FIRST_POLL_S`` up to ``MAX_POLL_S`` (``WEBHOOK_POLL_S`` when a webhook
-    will say it first); never long after the provider's own estimate."""
-    ceiling = WEBHOOK_POLL_S if webhook else MAX_POLL_S
-    wait = min(FIRST_POLL_S * (2 ** max(polls, 0)), ceiling)
+    ``FIRST_POLL_S`` up to ``MAX_POLL_S``, never long after the provider's own
+    estimate; from ``WEBHOOK_FIRST_POLL_S`` up to ``WEBHOOK_POLL_S`` when a
+    webhook will say it first."""
+    if webhook:
+        return min(WEBHOOK_FIRST_POLL_S * (2 ** max(polls, 0)), WEBHOOK_POLL_S)
+    wait = min(FIRST_POLL_S * (2 ** max(polls, 0)), MAX_POLL_S)
     if pending is not None and pending.eta_s is not None and not webhook:
         wait = min(wait, max(float(pending.eta_s), FIRST_POLL_S))
     return wait
