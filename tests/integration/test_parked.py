@@ -215,3 +215,27 @@ def test_limits_count_parked_jobs_as_running(cfg, project, fake):
     finally:
         stop(worker)
         jobs.set_limit(project, "fake", max_running=None, config=cfg)
+
+
+def test_a_parked_job_reads_as_waiting_on_its_provider_everywhere(cfg, project, fake):
+    from starlette.testclient import TestClient
+
+    from nw.cli.render import plain_line
+    from nw.jobs.web import create_app
+
+    dispatch = {"p.render": parked_kinds.render}
+    params = {"dir": str(fake), "takes_s": 60, "position": 2}
+    job = jobs.enqueue(project, "p.render", params, dispatch=dispatch, config=cfg)
+    seen = parked(project, job.job_id, cfg)
+    shown = jobs.to_dict(seen)
+    assert shown["waiting"] == "waiting on fake, 2nd in queue"
+    assert shown["worker_responsive"] is None and shown["worker_silent_s"] is None
+    assert "waiting on fake, 2nd in queue" in plain_line(shown)  # the CLI's line
+    client = TestClient(create_app([project], config=cfg))
+    api = client.get(f"/api/jobs/{job.job_id}").json()
+    assert api["status"] == "running" and api["parked"]["provider"] == "fake"
+    metrics = client.get("/metrics").text
+    assert f'nw_jobs_parked{{kind="p.render",project="{project.root}"}} 1.0' in metrics
+    assert f'nw_jobs_running{{kind="p.render",project="{project.root}"}} 1.0' in metrics
+    jobs.cancel_job(project, job.job_id, config=cfg)
+    assert done(project, job.job_id, cfg).status == jobs.CANCELLED

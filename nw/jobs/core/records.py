@@ -239,7 +239,6 @@ def to_job(
             _parked(rec[parked.PARKED_FIELD]),
             parked.waiting_text(rec[parked.PARKED_FIELD]),
         )
-        label_hint = waiting
         left = parked.eta_of(rec[parked.PARKED_FIELD], now)
         if left is not None:
             eta_s = left
@@ -279,7 +278,11 @@ def to_job(
             actual_is_lower_bound=rec.get("actual_is_lower_bound"),
         ),
         cached=bool(rec.get("cached")),
-        worker_silent_s=_round(liveness.worker_silent_s(rec, now, worker)) if live else None,
+        worker_silent_s=(
+            _round(liveness.worker_silent_s(rec, now, worker))
+            if live and shown_parked is None  # parked: no worker holds it
+            else None
+        ),
         worker_responsive=liveness.worker_responsive(status.value, rec, now, config, worker),
         artifact_ref=rec.get("artifact_ref"),
         result=result,
