@@ -239,3 +239,36 @@ def test_a_parked_job_reads_as_waiting_on_its_provider_everywhere(cfg, project, 
     assert f'nw_jobs_running{{kind="p.render",project="{project.root}"}} 1.0' in metrics
     jobs.cancel_job(project, job.job_id, config=cfg)
     assert done(project, job.job_id, cfg).status == jobs.CANCELLED
+
+
+def test_a_parked_job_s_eta_is_the_provider_phase_learned_apart_from_the_submit(cfg, project, fake):
+    from nw.jobs.api.handles import writer as runtime_of
+
+    dispatch = {"p.render": parked_kinds.render}
+    model = {"model": "kling", "operation": "t2v", "quiet": True}
+    # Given three renders the provider took under a second for
+    for i in range(3):
+        job = jobs.enqueue(
+            project,
+            "p.render",
+            {**model, "dir": str(fake), "takes_s": 0.6, "i": i},
+            dispatch=dispatch,
+            config=cfg,
+        )
+        assert done(project, job.job_id, cfg).status == jobs.SUCCEEDED
+    store = runtime_of(project, cfg).store
+    learned = store.samples(["kling|t2v:provider"], window=20)
+    # When a fourth parks
+    job = jobs.enqueue(
+        project,
+        "p.render",
+        {**model, "dir": str(fake), "takes_s": 30, "i": 9},
+        dispatch=dispatch,
+        config=cfg,
+    )
+    seen = parked(project, job.job_id, cfg)
+    # Then its ETA is that phase's learned time (not the prior): under a few seconds
+    assert len(learned["kling|t2v:provider"]) == 3
+    assert all(0.5 <= s < 5 for s in learned["kling|t2v:provider"])
+    assert seen.eta_s is not None and seen.eta_s < 5  # the prior would say ~30 s
+    jobs.cancel_job(project, job.job_id, config=cfg)
