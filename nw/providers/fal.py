@@ -27,6 +27,7 @@ module at another queue.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -75,6 +76,8 @@ class FalQueue:
         self.deadline_s = deadline_s
         self._queue_url = queue_url
         self._timeout_s = timeout_s
+        self._http: httpx.Client | None = None
+        self._lock = threading.Lock()
 
     # ----- the kind's callables ---------------------------------------------------
     def body(
@@ -151,6 +154,17 @@ class FalQueue:
         )
 
     # ----- fal's queue ------------------------------------------------------------
+    def _client(self) -> httpx.Client:
+        """One pooled client per application and process (kept-alive connections:
+        a poll is a round trip, not a new connection)."""
+        client = self._http
+        if client is None or client.is_closed:
+            with self._lock:
+                if self._http is None or self._http.is_closed:
+                    self._http = httpx.Client(timeout=self._timeout_s)
+                client = self._http
+        return client
+
     def _request(self, request_id: str) -> str:
         return f"{self._requests}/{quote(request_id, safe='')}"
 
@@ -181,9 +195,7 @@ class FalQueue:
         **kw: Any,
     ) -> httpx.Response:
         headers = {"Authorization": f"Key {_key(secrets)}", "Accept": "application/json"}
-        answer = httpx.request(
-            method, f"{self._base()}/{path}", headers=headers, timeout=self._timeout_s, **kw
-        )
+        answer = self._client().request(method, f"{self._base()}/{path}", headers=headers, **kw)
         if answer.status_code in (401, 403):
             raise JobRefused(f"fal refused the key ({answer.status_code})")
         if answer.status_code == 422:

@@ -101,7 +101,7 @@ def test_fal_s_completion_webhook_finishes_the_job_before_any_poll(cfg, project,
     finally:
         server.should_exit = True
         thread.join(10)
-    # Then fal's webhook finished it (no status poll came first: its first is 10 s out)
+    # Then fal's webhook finished it (no status poll came first: its first is 30 s out)
     assert end.status == jobs.SUCCEEDED, end.error
     assert end.result["video"]["url"].endswith(".mp4")
     assert fal.stats["webhooks"] == 1 and fal.stats["status"] == 0

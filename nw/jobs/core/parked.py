@@ -28,7 +28,7 @@ FIRST_POLL_S = 1.0
 """The first poll of a parked job comes this long after the park."""
 MAX_POLL_S = 15.0
 """Back-off ceiling between two polls of one job (completion is noticed within it)."""
-WEBHOOK_FIRST_POLL_S = 10.0
+WEBHOOK_FIRST_POLL_S = 30.0
 WEBHOOK_POLL_S = 60.0
 """With a webhook on its way, a poll is only the safety net: the first after
 ``WEBHOOK_FIRST_POLL_S``, then doubling up to this."""

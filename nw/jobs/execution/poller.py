@@ -31,6 +31,7 @@ from nw.jobs.core import events, kinds, outcome, parked
 from nw.jobs.core.errors import JobCancelled, JobRefused, error_kind_of
 from nw.jobs.core.ids import check_json_params
 from nw.jobs.core.model import ERROR_KIND_CANCELLED, ERROR_KIND_CRASHED, JobsConfig
+from nw.jobs.core.storable import storable
 from nw.jobs.stores.base import JobStore
 from nw.jobs.stores.parking import Look, ParkedStore, Repark
 
@@ -183,16 +184,15 @@ class Poller:
             self._end(look, _raised(exc, self.config.clock()))
             return None
         if answer is None or isinstance(answer, parked.Pending):
-            fields = parked.pending_fields(info, answer, now=now)
-            if fields is not None:
-                self.store.patch(job_id, fields, attempt=look.attempt)
+            fields = parked.pending_fields(info, answer, now=now)  # written with the put-back
+            shown = None if fields is None else storable(fields[parked.PARKED_FIELD])[0]
             wait = parked.next_poll_in(
                 look.polls + 1, webhook=bool(info.get("webhook")), pending=answer
             )
             due = now + wait
             if look.deadline_at is not None:
                 due = min(due, look.deadline_at)
-            return Repark(job_id, look.attempt, due, seen=look.seen)
+            return Repark(job_id, look.attempt, due, seen=look.seen, parked=shown)
         done = self.config.clock()
         fields = events.result_patch(rec, answer)
         self._end(look, outcome.Ending(outcome.Ended.RETURNED, done, fields=fields), answer)

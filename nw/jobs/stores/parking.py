@@ -46,6 +46,9 @@ class Repark:
     attempt: int
     due_at: float
     seen: Any = None
+    parked: Mapping[str, Any] | None = None
+    """The job's new ``parked`` field (a queue position moved), written in the
+    same transaction; None: unchanged."""
 
 
 @runtime_checkable

@@ -84,9 +84,19 @@ class PgParking:
             for i in items
         ]
 
+        shown = [
+            self._params(  # type: ignore[attr-defined]
+                {"job_id": i.job_id, "attempt": i.attempt, "parked": Jsonb(dict(i.parked))}
+            )
+            for i in items
+            if i.parked is not None
+        ]
+
         def op(conn: Conn, _retried: bool) -> None:
             with conn.transaction(), conn.cursor() as cur:
                 cur.executemany(sql, batch)
+                if shown:
+                    cur.executemany(P["repark_shown"], shown)
 
         self._write("repark", op)  # type: ignore[attr-defined]
 

@@ -93,8 +93,15 @@ class SqliteParking:
             }
             for i in items
         ]
+        shown = [
+            {"job_id": i.job_id, "attempt": i.attempt, "parked": stored_json(i.parked)}
+            for i in items
+            if i.parked is not None
+        ]
         with self._cursor(write=True) as c:  # type: ignore[attr-defined]
             c.executemany(P["repark"], args)
+            if shown:
+                c.executemany(P["repark_shown"], shown)
 
     def unpark(self, job_id: str) -> None:
         with self._cursor(write=True) as c:  # type: ignore[attr-defined]

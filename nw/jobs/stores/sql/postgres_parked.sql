@@ -77,6 +77,13 @@ UPDATE nw_jobs.parked
                       ELSE webhook END
  WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND attempt = %(attempt)s;
 
+-- name: repark_shown
+-- What a parked job shows moved (its queue position, the provider's estimate):
+-- its `parked` doc field replaced, fenced by the attempt.
+UPDATE nw_jobs.jobs SET doc = jsonb_set(doc, '{parked}', %(parked)s::jsonb)
+ WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND attempt = %(attempt)s
+   AND finished_at IS NULL;
+
 -- name: unpark
 -- The job ended (or went back to the queue): its parked row goes.
 DELETE FROM nw_jobs.parked WHERE project_id = %(project_id)s AND job_id = %(job_id)s;

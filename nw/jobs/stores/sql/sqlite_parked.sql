@@ -59,6 +59,12 @@ UPDATE parked
        webhook = CASE WHEN webhook IS :seen THEN NULL ELSE webhook END
  WHERE job_id = :job_id AND attempt = :attempt;
 
+-- name: repark_shown
+-- What a parked job shows moved (its queue position, the provider's estimate):
+-- its `parked` doc field replaced, fenced by the attempt.
+UPDATE jobs SET doc = json_set(doc, '$.parked', json(:parked))
+ WHERE job_id = :job_id AND attempt = :attempt AND finished_at IS NULL AND json_valid(doc);
+
 -- name: unpark
 -- The job ended (or went back to the queue): its parked row goes.
 DELETE FROM parked WHERE job_id = :job_id;
