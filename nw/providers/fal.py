@@ -14,7 +14,7 @@ The key: a body's ``secrets["fal"]`` (a worker's ``NW_SECRET_FAL``), else the
 one falaw has bound (``falaw.using_fal_credentials``: the worker binds a
 job's key around its poll as around its body), else ``FAL_KEY``.
 
-It speaks fal's documented queue routes over httpx (``POST {queue}/{app}``
+It speaks fal's documented queue routes over urllib3 (``POST {queue}/{app}``
 with ``fal_webhook``, ``GET .../requests/{id}/status``, ``GET
 .../requests/{id}``, ``PUT .../requests/{id}/cancel``) rather than through
 ``fal-client``: fal-client's queue URL is ``https://`` + a host fixed at its
@@ -26,13 +26,14 @@ module at another queue.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
-import httpx
+import urllib3
 
 from nw.errors import ConfigError, InvalidValue
 from nw.jobs.core.errors import JobRefused
@@ -76,7 +77,7 @@ class FalQueue:
         self.deadline_s = deadline_s
         self._queue_url = queue_url
         self._timeout_s = timeout_s
-        self._http: httpx.Client | None = None
+        self._http: urllib3.PoolManager | None = None
         self._lock = threading.Lock()
 
     # ----- the kind's callables ---------------------------------------------------
@@ -96,7 +97,7 @@ class FalQueue:
             )
         query = {"fal_webhook": webhook_url} if webhook_url else None
         answer = self._call(
-            "POST", self.app_id, secrets, json=dict(self.arguments(params)), params=query
+            "POST", self.app_id, secrets, json_body=dict(self.arguments(params)), query=query
         )
         data = answer.json()
         request_id = data.get("request_id") if isinstance(data, Mapping) else None
@@ -154,16 +155,15 @@ class FalQueue:
         )
 
     # ----- fal's queue ------------------------------------------------------------
-    def _client(self) -> httpx.Client:
-        """One pooled client per application and process (kept-alive connections:
-        a poll is a round trip, not a new connection)."""
-        client = self._http
-        if client is None or client.is_closed:
+    def _client(self) -> urllib3.PoolManager:
+        """One pool per application and process (kept-alive connections: a poll
+        is a round trip, not a new connection)."""
+        if self._http is None:
             with self._lock:
-                if self._http is None or self._http.is_closed:
-                    self._http = httpx.Client(timeout=self._timeout_s)
-                client = self._http
-        return client
+                if self._http is None:
+                    timeout = urllib3.Timeout(total=self._timeout_s)
+                    self._http = urllib3.PoolManager(maxsize=8, timeout=timeout, retries=False)
+        return self._http
 
     def _request(self, request_id: str) -> str:
         return f"{self._requests}/{quote(request_id, safe='')}"
@@ -192,10 +192,22 @@ class FalQueue:
         secrets: Mapping[str, str] | None,
         *,
         ok: tuple[int, ...] = (200, 202),
-        **kw: Any,
-    ) -> httpx.Response:
+        json_body: Any = None,
+        query: Mapping[str, str] | None = None,
+    ) -> Answer:
         headers = {"Authorization": f"Key {_key(secrets)}", "Accept": "application/json"}
-        answer = self._client().request(method, f"{self._base()}/{path}", headers=headers, **kw)
+        url = f"{self._base()}/{path}"
+        if query:
+            url += "?" + urlencode(query)
+        body = None
+        if json_body is not None:
+            body = json.dumps(json_body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        try:
+            raw = self._client().request(method, url, body=body, headers=headers)
+        except urllib3.exceptions.HTTPError as exc:
+            raise ConnectionError(f"fal's queue could not be reached: {exc}") from None
+        answer = Answer(raw.status, raw.data, raw.headers)
         if answer.status_code in (401, 403):
             raise JobRefused(f"fal refused the key ({answer.status_code})")
         if answer.status_code == 422:
@@ -203,6 +215,24 @@ class FalQueue:
         if answer.status_code not in ok:
             raise RuntimeError(f"fal's queue answered {answer.status_code}: {answer.text[:200]}")
         return answer
+
+
+class Answer:
+    """One answer of fal's queue: its status, body and headers."""
+
+    def __init__(self, status_code: int, data: bytes, headers: Mapping[str, str]):
+        self.status_code, self.data, self.headers = status_code, data, headers
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.data)
+        except ValueError:
+            shown = self.text[:80]
+            raise RuntimeError(f"fal's queue answered something not JSON: {shown!r}") from None
 
 
 def _key(secrets: Mapping[str, str] | None) -> str:

@@ -24,7 +24,7 @@ from nw.errors import InvalidType, InvalidValue
 PARKED_FIELD = "parked"
 """The record's doc field while a job is parked (None or absent otherwise)."""
 
-FIRST_POLL_S = 1.0
+FIRST_POLL_S = 2.0
 """The first poll of a parked job comes this long after the park."""
 MAX_POLL_S = 15.0
 """Back-off ceiling between two polls of one job (completion is noticed within it)."""
