@@ -37,13 +37,15 @@ from nw.jobs.stores.parking import Look, ParkedStore, Repark
 
 log = logging.getLogger("nw.jobs")
 
-TICK_S = 0.5
+TICK_S = 0.25
 """How often an idle poller asks the store for due parked jobs."""
 BATCH = 64
 """Parked jobs taken per look."""
 THREADS = 4
 """Threads that call the handlers (polls are network round trips)."""
 TIMED_OUT = "timed out at the provider"
+PRUNE_S = 60.0
+"""How often a poller deletes the parked rows of jobs that ended."""
 
 Setup = Callable[[str, Mapping[str, Any]], AbstractContextManager[Any]]
 """What a handler runs under (a worker's secrets bound as a body's are)."""
@@ -87,6 +89,9 @@ class Poller:
         self._wake = threading.Event()
         self._failing = False
         self.looks = 0
+        self._learned: list[tuple[str, float]] = []
+        self._learned_lock = threading.Lock()
+        self._pruned_at = 0.0
         """Parked jobs looked at so far (tests, the bench)."""
         self._thread = threading.Thread(target=self._loop, name="nw-poller", daemon=True)
         self._thread.start()
@@ -119,6 +124,7 @@ class Poller:
         names = parking_kinds(self._kinds_of())
         if not names:
             return 0
+        self._prune()
         now = self.config.clock()
         try:
             looks = self._parked.look_parked(
@@ -134,6 +140,7 @@ class Poller:
             return 0
         reparks = [r for r in self._pool.map(self._look_safely, looks) if r is not None]
         self.looks += len(looks)
+        self._flush()
         if reparks:
             try:
                 self._parked.repark(reparks, now=self.config.clock())
@@ -229,24 +236,46 @@ class Poller:
         written = outcome.write_soon(self.store, job_id, look.attempt, decided, value).result()
         if not written:
             log.info("job %s: its parked attempt moved on; outcome not written", job_id)
-        self._parked.unpark(job_id)
+        # its parked row is left to ``prune_parked``: no look takes an ended job's
         if written and decided.au_status is ComputationStatus.COMPLETED and not cancel:
             self._learn(rec, ending.at)
         log.info("job %s (parked): %s", job_id, decided.note)
 
     def _learn(self, rec: Mapping[str, Any], at: float) -> None:
-        """The provider phase's time (park to result), under ``<key>:provider``."""
+        """The provider phase's time (park to result), under ``<key>:provider``
+        (written once per look, for every job of it: ``_flush``)."""
         since = (rec.get(parked.PARKED_FIELD) or {}).get("since")
         if not isinstance(since, (int, float)) or rec.get("cached"):
             return
         specific = [k for k in rec.get("eta_candidates") or () if k != rec.get("output_kind")]
-        samples = {k: max(at - float(since), 0.0) for k in parked.provider_keys(specific)}
-        if not samples:
-            return
-        try:
-            self.store.add_samples(samples, now=at, window=self.config.sample_window_k)
+        with self._learned_lock:
+            for key in parked.provider_keys(specific):
+                self._learned.append((key, max(at - float(since), 0.0)))
+
+    def _flush(self) -> None:
+        with self._learned_lock:
+            learned, self._learned = self._learned, []
+        by_key: dict[str, list[float]] = {}
+        for key, seconds in learned:
+            by_key.setdefault(key, []).append(seconds)
+        now = self.config.clock()
+        try:  # a store call per sample of a key (``add_samples`` takes one per key)
+            for n in range(max((len(v) for v in by_key.values()), default=0)):
+                batch = {k: v[n] for k, v in by_key.items() if n < len(v)}
+                self.store.add_samples(batch, now=now, window=self.config.sample_window_k)
         except Exception:
             log.exception("could not record the provider phase's duration")
+
+    def _prune(self) -> None:
+        """Parked rows of ended jobs, now and then (their look never takes them)."""
+        now = self.config.clock()
+        if now - self._pruned_at < PRUNE_S:
+            return
+        self._pruned_at = now
+        try:
+            self._parked.prune_parked(before=now - parked.LOOK_S)
+        except Exception:
+            log.debug("parked rows could not be pruned", exc_info=True)
 
 
 def _raised(exc: BaseException, now: float) -> outcome.Ending:
