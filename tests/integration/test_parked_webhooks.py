@@ -131,3 +131,31 @@ def test_a_webhook_that_arrives_while_no_worker_runs_is_applied_by_the_next(cfg,
         stop(worker)
     assert end.status == jobs.SUCCEEDED and end.result["via"] == "webhook"
     assert len(lines(fake, "submits.log")) == 1
+
+
+def test_a_hostile_webhook_is_refused_whole_and_nothing_is_kept(sqlite_cfg, project, fake):
+    # Given a parked in-process job and its rightly signed URL
+    cfg = sqlite_cfg
+    urls = []
+
+    def render(project, params, *, webhook_url):
+        urls.append(webhook_url)
+        return jobs.Submitted("req-hostile", provider="fake")
+
+    job = jobs.enqueue(project, "p.hooked", {"dir": str(fake)}, dispatch={"p.hooked": render},
+                       config=cfg)  # fmt: skip
+    parked(project, job.job_id, cfg)
+    client = TestClient(create_app([project], config=cfg))
+    url = path_of(urls[0])
+    headers = {"Content-Type": "application/json"}
+    # When bodies that are not storable JSON arrive, or paths that name no job
+    for body in ('{"status": "OK\\u0000"}', '{"a": "\\ud800"}', "not json", "[1, 2", "NaN"):
+        assert client.post(url, content=body, headers=headers).status_code == 400, body
+    for bad in ("/hooks/%00/1/00", "/hooks/<script>/1/" + "0" * 64, "/hooks/x/-1/0"):
+        assert client.post(bad, json=OK).status_code in (403, 404), bad
+    # Then nothing was kept: the job is still parked, its request unchanged
+    seen = jobs.get_job(project, job.job_id, config=cfg)
+    assert seen.status == jobs.RUNNING and seen.parked["request_id"] == "req-hostile"
+    # And a rightly signed, well-formed one still finishes it
+    assert client.post(url, json=OK).json()["applied"] is True
+    assert done(project, job.job_id, cfg).result["via"] == "webhook"
