@@ -118,6 +118,8 @@ class Launch:
     be pending): a stopping worker leaves such a job to it. A flag, not the
     write's future: that future's callbacks hold this launch (a cycle per job
     for the garbage collector to walk)."""
+    parked: bool = False
+    """The body returned ``Submitted``: its job waits on the provider, not here."""
     on_park: Callable[[], None] | None = None
     """Called once the body parked its job (``Submitted``): the process's
     poller starts if it has not (the in-process runtime's)."""
@@ -277,6 +279,7 @@ def run_attempt(
                     parked = park.park_attempt(
                         store, sink.record, value, webhook=webhook, config=config
                     )
+                    launch.parked = True
                     if launch.on_park is not None:
                         launch.on_park()
                     return parked

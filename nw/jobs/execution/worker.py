@@ -159,7 +159,7 @@ class Worker:
                 kind,
                 job_id[:12],
                 attempt,
-                _said(decided),
+                "parked" if launch is not None and launch.parked else _said(decided),
                 time.monotonic() - at,
             )
         with self._lock:  # its finish may have claimed in its place (then no slot is free)
