@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -15,7 +17,7 @@ from nw.jobs.api.handles import writer
 from tests.fixtures import parked_kinds
 from tests.fixtures.parked_kinds import lines
 from tests.helpers import wait_until
-from tests.integration.workers import start_worker, stop
+from tests.integration.workers import ROOT, start_worker, stop
 
 pytestmark = pytest.mark.slow
 
@@ -272,3 +274,54 @@ def test_a_parked_job_s_eta_is_the_provider_phase_learned_apart_from_the_submit(
     assert all(0.5 <= s < 5 for s in learned["kling|t2v:provider"])
     assert seen.eta_s is not None and seen.eta_s < 5  # the prior would say ~30 s
     jobs.cancel_job(project, job.job_id, config=cfg)
+
+
+@pytest.mark.parametrize("end", ["cancel", "deadline"])
+def test_in_process_cancel_and_deadline_reach_the_provider(cfg, project, fake, end):
+    dispatch = {"p.render": parked_kinds.render}
+    params = {"dir": str(fake), "takes_s": 60}
+    if end == "deadline":
+        params["deadline_s"] = 1.0
+    job = jobs.enqueue(project, "p.render", params, dispatch=dispatch, config=cfg)
+    parked(project, job.job_id, cfg)
+    if end == "cancel":
+        jobs.cancel_job(project, job.job_id, config=cfg)
+    final = done(project, job.job_id, cfg)
+    if end == "cancel":
+        assert final.status == jobs.CANCELLED
+    else:
+        assert final.status == jobs.FAILED and final.error == "timed out at the provider"
+    assert lines(fake, "cancels.log") == lines(fake, "submits.log")
+
+
+def test_a_job_parked_in_a_process_that_died_is_finished_by_a_worker(cfg, project, fake):
+    # Given an app process that parks a job in-process, then dies (kill -9)
+    script = f"""
+import os, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from nw import Project, jobs
+from nw.jobs.core.model import JobsConfig
+from tests.fixtures import parked_kinds
+cfg = JobsConfig(database_url={cfg.database_url!r})
+project = Project({str(project.root)!r})
+params = {{"dir": {str(fake)!r}, "takes_s": 1.0}}
+job = jobs.enqueue(project, "p.render", params, dispatch={{"p.render": parked_kinds.render}},
+                   config=cfg)
+while not jobs.get_job(project, job.job_id, config=cfg).parked:
+    time.sleep(0.02)
+print(job.job_id, flush=True)
+os.kill(os.getpid(), 9)
+"""
+    app = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    job_id = app.stdout.strip()
+    assert app.returncode == -signal.SIGKILL and job_id, app.stderr
+    assert jobs.get_job(project, job_id, config=cfg).status == jobs.RUNNING
+    # When a worker of the kind runs
+    worker = start(project, cfg)
+    try:
+        final = done(project, job_id, cfg)
+    finally:
+        stop(worker)
+    # Then it finishes the job without a second submit
+    assert final.status == jobs.SUCCEEDED, final.error
+    assert len(lines(fake, "submits.log")) == 1
