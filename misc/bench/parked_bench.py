@@ -13,8 +13,9 @@ runs ``bench.fal`` (``nw.providers.fal`` against the fake). Printed:
   each job the job was seen finished (p50 / max), by polls alone.
 * ``webhook``: the same with ``nw-jobs serve`` receiving fal's completion
   webhooks (``NW_JOBS_PUBLIC_URL``), the notice latency by webhook.
-* ``kill``: ``--jobs`` (200) parked, the worker killed with SIGKILL, a new
-  one started: every job completes, and the fake counts one submit per job.
+* ``kill`` / ``term``: ``--jobs`` (200) parked, the worker killed with
+  SIGKILL (stopped with SIGTERM), a new one started: every job completes, and
+  the fake counts one submit per job.
 """
 
 from __future__ import annotations
@@ -85,10 +86,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--takes", type=float, default=20.0)
-    parser.add_argument("--scenario", choices=("poll", "webhook", "kill"), default="poll")
+    parser.add_argument("--scenario", choices=("poll", "webhook", "kill", "term"), default="poll")
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
-    n = args.jobs or (200 if args.scenario == "kill" else 1000)
+    n = args.jobs or (200 if args.scenario in ("kill", "term") else 1000)
     sys.path[:0] = [str(ROOT), str(ROOT / "misc" / "bench")]
     import nw
     from nw import jobs
@@ -136,11 +137,12 @@ def main() -> int:
             time.sleep(0.05)
         submitted_s = time.time() - t0
         print(f"{n} jobs submitted (parked) {submitted_s:.2f} s after the enqueue")
-        if args.scenario == "kill":
+        if args.scenario in ("kill", "term"):
             time.sleep(1)
-            os.kill(w.pid, signal.SIGKILL)
+            how = signal.SIGKILL if args.scenario == "kill" else signal.SIGTERM
+            os.kill(w.pid, how)
             w.wait()
-            print("worker killed with SIGKILL while every job was parked; a new one starts")
+            print(f"worker stopped by {how.name} while every job was parked; a new one starts")
             w = worker(project.root, env, args.database_url)
             procs.append(w)
         else:
