@@ -15,8 +15,9 @@ WITH j AS (
 )
 INSERT INTO nw_jobs.parked AS p (project_id, job_id, kind, attempt, request_id, due_at,
                                  look_until, polls, deadline_at, webhook)
-SELECT %(project_id)s, j.job_id, %(kind)s, %(attempt)s, %(request_id)s, %(due_at)s,
-       0, 0, %(deadline_at)s, NULL
+SELECT %(project_id)s::text, j.job_id, %(kind)s::text, %(attempt)s::integer,
+       %(request_id)s::text, %(due_at)s::double precision, 0, 0,
+       %(deadline_at)s::double precision, NULL
   FROM j
 ON CONFLICT (project_id, job_id) DO UPDATE
    SET kind = excluded.kind,
@@ -26,7 +27,7 @@ ON CONFLICT (project_id, job_id) DO UPDATE
        look_until = 0,
        webhook = CASE WHEN p.attempt = excluded.attempt THEN p.webhook END,
        due_at = CASE WHEN p.attempt = excluded.attempt AND p.webhook IS NOT NULL
-                     THEN %(now)s ELSE excluded.due_at END,
+                     THEN %(now)s::double precision ELSE excluded.due_at END,
        attempt = excluded.attempt
 RETURNING p.job_id;
 
@@ -72,7 +73,7 @@ UPDATE nw_jobs.parked
    SET polls = polls + 1,
        look_until = 0,
        due_at = CASE WHEN webhook IS NOT NULL AND webhook IS DISTINCT FROM %(seen)s::jsonb
-                     THEN %(now)s ELSE %(due_at)s END,
+                     THEN %(now)s::double precision ELSE %(due_at)s::double precision END,
        webhook = CASE WHEN webhook IS NOT DISTINCT FROM %(seen)s::jsonb THEN NULL
                       ELSE webhook END
  WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND attempt = %(attempt)s;
@@ -100,7 +101,9 @@ WITH j AS (
    FOR UPDATE
 )
 INSERT INTO nw_jobs.parked AS p (project_id, job_id, kind, attempt, request_id, due_at, webhook)
-SELECT %(project_id)s, j.job_id, j.kind, %(attempt)s, NULL, %(now)s, %(webhook)s::jsonb FROM j
+SELECT %(project_id)s::text, j.job_id, j.kind, %(attempt)s::integer, NULL,
+       %(now)s::double precision, %(webhook)s::jsonb
+  FROM j
 ON CONFLICT (project_id, job_id) DO UPDATE
    SET webhook = excluded.webhook,
        due_at = excluded.due_at,
