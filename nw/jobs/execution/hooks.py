@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from nw.project import as_project
+
+log = logging.getLogger("nw.jobs")
 
 PUBLIC_URL_ENV = "NW_JOBS_PUBLIC_URL"
 SECRET_ENV = "NW_JOBS_WEBHOOK_SECRET"
@@ -28,8 +33,8 @@ ROUTE = "/hooks"
 
 
 def _root(project: Any) -> Path:
-    root = getattr(project, "root", project)
-    return Path(root)
+    """The project's folder (a ``Project``, or a path to one)."""
+    return as_project(project).root
 
 
 def secret(project: Any) -> bytes:
@@ -72,5 +77,10 @@ def url_for(project: Any, job_id: str, attempt: int, base: str | None = None) ->
     found = public_base(base)
     if found is None:
         return None
-    sig = signature(project, job_id, attempt)
+    try:
+        sig = signature(project, job_id, attempt)
+    except OSError as exc:  # no secret to sign with (a read-only project): polls resume it
+        log.warning("no webhook URL for job %s: its secret cannot be read or made (%s)",
+                    job_id, type(exc).__name__)  # fmt: skip
+        return None
     return f"{found}{ROUTE}/{quote(job_id, safe='')}/{int(attempt)}/{sig}"
