@@ -259,7 +259,13 @@ def test_a_parked_job_s_eta_is_the_provider_phase_learned_apart_from_the_submit(
         )
         assert done(project, job.job_id, cfg).status == jobs.SUCCEEDED
     store = runtime_of(project, cfg).store
-    learned = store.samples(["kling|t2v:provider"], window=20)
+    key = "kling|t2v:provider"
+    # (written once per look, just after the finishes it made)
+    learned = wait_until(
+        lambda: (got := store.samples([key], window=20)) and len(got[key]) == 3 and got,
+        timeout=10,
+        what="three samples of the provider phase",
+    )
     # When a fourth parks
     job = jobs.enqueue(
         project,
@@ -270,8 +276,7 @@ def test_a_parked_job_s_eta_is_the_provider_phase_learned_apart_from_the_submit(
     )
     seen = parked(project, job.job_id, cfg)
     # Then its ETA is that phase's learned time (not the prior): under a few seconds
-    assert len(learned["kling|t2v:provider"]) == 3
-    assert all(0.5 <= s < 5 for s in learned["kling|t2v:provider"])
+    assert all(0.5 <= s < 5 for s in learned[key])
     assert seen.eta_s is not None and seen.eta_s < 5  # the prior would say ~30 s
     jobs.cancel_job(project, job.job_id, config=cfg)
 
