@@ -87,8 +87,8 @@ def test_in_process_park_frees_the_slot_and_a_poll_finishes_it(cfg, project, fak
 
 
 def test_a_worker_with_one_slot_parks_every_job_at_once_and_polls_them_done(cfg, project, fake):
-    # Given one worker with a single slot and six renders that take 2 s at the provider
-    params = [{"dir": str(fake), "takes_s": 2.0, "i": i} for i in range(6)]
+    # Given one worker with a single slot and six renders that take 5 s at the provider
+    params = [{"dir": str(fake), "takes_s": 5.0, "i": i} for i in range(6)]
     made = jobs.enqueue_many(project, [("p.render", p) for p in params], config=cfg)
     worker = start_worker(
         project, max_concurrent=1, database_url=cfg.database_url, extra=WORKER_IMPORT
