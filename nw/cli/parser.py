@@ -209,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve a non-loopback --host with no token (anyone who reaches it can run jobs)",
     )
     p.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the base URL providers reach this server at: bodies that declare webhook_url"
+        " get signed /hooks/ URLs under it (default: $NW_JOBS_PUBLIC_URL; workers read that)",
+    )
+    p.add_argument(
         "--import",
         dest="imports",
         action="append",

@@ -163,12 +163,15 @@ def outcome_text(job: Mapping[str, Any]) -> str:
 def state_text(job: Mapping[str, Any]) -> str:
     """The status, or "worker lost" for a live job whose worker the liveness
     predicate says is dead (it is about to be requeued or failed), or what
-    holds a queued job ("waiting: fal:kling at 2 of 2", "starts in 40s")."""
+    holds a queued job ("waiting: fal:kling at 2 of 2", "starts in 40s"), or
+    what a parked one waits on ("waiting on fal, 3rd in queue")."""
     status = str(job.get("status"))
     if status in ("running", "cancelling") and job.get("worker_responsive") is False:
         return WORKER_LOST
     if status == "queued" and job.get("waiting"):
         return str(job["waiting"])
+    if status == "running" and job.get("parked") and job.get("waiting"):
+        return str(job["waiting"])  # parked on a provider: "waiting on fal, 3rd in queue"
     return status
 
 

@@ -23,6 +23,7 @@ from nw.cli.common import (
     make_console,
     projects_from,
 )
+from nw.jobs.execution.hooks import PUBLIC_URL_ENV
 
 PORTS = range(1, 65536)
 UNGUARDED_FLAG = "--allow-network-without-token"
@@ -53,6 +54,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     projects = projects_from(args)
     import_modules(args.imports or ())
+    if args.public_url and (
+        not args.public_url.startswith(("http://", "https://"))
+        or any(ord(ch) < 33 or ord(ch) == 127 for ch in args.public_url)
+    ):
+        raise UserError("--public-url must be an http:// or https:// URL without spaces")
+    if args.public_url:  # in-process bodies of this server sign their webhook URLs under it
+        os.environ[PUBLIC_URL_ENV] = args.public_url
     _backend_usable()
     # Bound to loopback, only a loopback name may reach it: a page on another
     # site cannot DNS-rebind its way to the API.

@@ -42,6 +42,7 @@ from nw.jobs.core.model import (
     JobsConfig,
     Status,
 )
+from nw.jobs.core.parked import Pending, Submitted
 from nw.jobs.core.records import to_dict
 from nw.jobs.execution.learning import DurationLearningMiddleware
 
@@ -121,7 +122,9 @@ __all__ = [
     "JobsConfig",
     "KindImportError",
     "NwJobsError",
+    "Pending",
     "Status",
+    "Submitted",
     "UnknownKind",
     "cancel_job",
     "cost_accuracy",

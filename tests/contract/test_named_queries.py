@@ -9,7 +9,10 @@ import pytest
 from nw.jobs.stores.sql import MAX_STATEMENT_CHARS, load_queries, parse_queries
 
 _PSYCOPG_PARAM = re.compile(r"%\((\w+)\)s")
-QUERIES_OF = {"SqliteJobStore": "sqlite_queries.sql", "PostgresJobStore": "postgres_queries.sql"}
+QUERIES_OF = {
+    "SqliteJobStore": ("sqlite_queries.sql", "sqlite_parked.sql"),
+    "PostgresJobStore": ("postgres_queries.sql", "postgres_parked.sql"),
+}
 
 
 def test_a_queries_file_is_read_by_name_without_its_comments():
@@ -47,8 +50,9 @@ def test_a_fragment_is_written_once_and_placed_where_named():
 
 def test_every_statement_of_the_store_compiles_against_its_schema(store):
     # Given the store's own queries file, as the store loads it
-    queries = load_queries(QUERIES_OF[type(store).__name__])
-    assert queries
+    files = QUERIES_OF[type(store).__name__]
+    queries = {f"{n}_{i}": q for i, f in enumerate(files) for n, q in load_queries(f).items()}
+    assert all(load_queries(f) for f in files)
     if type(store).__name__ == "SqliteJobStore":
         # Then sqlite3 compiles each one as written (:name parameters unbound)
         for sql in queries.values():
@@ -80,7 +84,8 @@ def test_every_postgres_statement_fits_psycopgs_parse_cache():
     assert MAX_STATEMENT_CHARS == _queries.MAX_CACHED_STATEMENT_LENGTH
     long = {
         name: len(sql)
-        for name, sql in load_queries("postgres_queries.sql").items()
+        for file in QUERIES_OF["PostgresJobStore"]
+        for name, sql in load_queries(file).items()
         if len(sql) > MAX_STATEMENT_CHARS
     }
     assert not long, f"over {MAX_STATEMENT_CHARS} characters: {long}"

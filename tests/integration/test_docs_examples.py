@@ -120,6 +120,13 @@ def test_limits_example(film):
     assert "{'key': 'fal:kling', 'max_running': 2, 'per_second': None, 'running': 2," in lines[-1]
 
 
+def test_parked_example(film):
+    """The parked jobs how-to: the job parks (running, waiting on acme), then a poll ends it."""
+    lines = run("parked.py", film, _env())
+    assert lines[0] == "running | waiting on acme"
+    assert lines[-1] == "succeeded https://acme/heron.mp4 0.12"
+
+
 def test_budgets_example(film):
     """The budgets how-to: an actor's cap and an unknown cost refuse, nothing written."""
     lines = run("budgets.py", film, _env())

@@ -21,6 +21,7 @@ from nw.jobs.api.handles import ProjectLike, reader
 from nw.jobs.core import eta, ids, kinds, limits, liveness, outcome
 from nw.jobs.core.checks import check_text, could_name_a_job
 from nw.jobs.core.model import DEFAULT_CONFIG, RUNNER_WORKER, Job, JobsConfig
+from nw.jobs.core.parked import is_parked
 from nw.jobs.core.records import JobRow, new_record, to_job
 from nw.jobs.execution import recovery
 from nw.jobs.stores import shared_store
@@ -358,7 +359,8 @@ def metrics(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dic
     grade), ``totals``, the committed
     ``spend``, workers by state, and the duration of finished jobs by kind
     (``{count, seconds, buckets}`` over ``DURATION_BUCKETS_S``, of the jobs
-    the store holds)."""
+    the store holds). ``live[kind]["parked"]``: the running jobs of the kind
+    parked on a provider (``nw.jobs.core.parked``), counted among them too."""
     from nw.jobs.api.spending import spend
 
     proj = as_project(project)
@@ -370,6 +372,8 @@ def metrics(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dic
         for row in store.live():
             by = live.setdefault(str(row.record.get("kind")), {})
             by[row.status.value] = by.get(row.status.value, 0) + 1
+            if is_parked(row.record):  # waiting on a provider, no slot held
+                by["parked"] = by.get("parked", 0) + 1
         durations = store.durations(DURATION_BUCKETS_S)
         for r in store.counts():
             if r["grade"]:

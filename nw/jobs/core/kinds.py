@@ -31,6 +31,19 @@ class KindSpec:
     cancel_on_timeout: bool = False
     limit_key: LimitKeySpec = None
     """The key a job of this kind counts against (see ``nw.jobs.core.limits``)."""
+    poll: Callable | None = None
+    """``poll(project, params, request_id)`` of a parked job: None or ``Pending``
+    while the provider works, the result when done; raises as a body does."""
+    on_webhook: Callable | None = None
+    """``on_webhook(project, params, request_id, payload)``: the provider's
+    webhook payload -> a result, ``Pending`` or an error (raised)."""
+    cancel_remote: Callable | None = None
+    """``cancel_remote(project, params, request_id)``: cancel at the provider."""
+
+    @property
+    def parks(self) -> bool:
+        """A body of this kind may park (``Submitted``): a poll or a webhook resumes it."""
+        return self.poll is not None or self.on_webhook is not None
 
     @property
     def path(self) -> str:
@@ -70,6 +83,9 @@ def register_kind(
     timeout_s: float | None = None,
     cancel_on_timeout: bool = False,
     limit_key: LimitKeySpec = None,
+    poll: Callable | None = None,
+    on_webhook: Callable | None = None,
+    cancel_remote: Callable | None = None,
 ) -> KindSpec:
     """Bind ``name`` to ``"module:attr"`` (or a callable). Re-registering replaces.
 
@@ -100,6 +116,9 @@ def register_kind(
         timeout_s,
         cancel_on_timeout,
         check_spec(limit_key),
+        poll,
+        on_webhook,
+        cancel_remote,
     )
     with _LOCK:
         _KINDS[name] = spec

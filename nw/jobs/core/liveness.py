@@ -24,7 +24,9 @@ Reap rule: a running or cancelling job is closed when no worker in this
 process holds it and it is not responsive or, when nothing ever beat, it
 started more than ``stale_running_s`` ago. A job queued for an in-process
 body (``runs_inproc``) can only ever run in the process that enqueued it, so
-it is closed when that process is dead or gone.
+it is closed when that process is dead or gone. A parked job (its body handed
+the work to a provider, ``nw.jobs.core.parked``) is held by no process: it is
+never reaped, and any live poller of its kind resumes it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nw.jobs.core.model import RUNNER_INPROC, RUNNER_INPROC_LEGACY, JobsConfig
+from nw.jobs.core.parked import is_parked
 
 _LIVE = ("running", "cancelling")
 
@@ -104,7 +107,7 @@ def worker_responsive(
     config: JobsConfig,
     worker: WorkerSeen | None = None,
 ) -> bool | None:
-    if status not in _LIVE:
+    if status not in _LIVE or is_parked(record):  # parked: no process holds it
         return None
     held = heartbeat_is_fresh(record, now, config)
     if worker is None or held is None:
@@ -130,7 +133,7 @@ def should_reap(
 ) -> bool:
     """``held``: a thread of this process holds the job (it is alive).
     ``worker``: the job's runner as the store announces it (None: not announced)."""
-    if held:
+    if held or (status in _LIVE and is_parked(record)):  # a provider holds a parked job
         return False
     if status == "queued" and runs_inproc(record):
         return worker is None or not worker_alive(worker, now, config)

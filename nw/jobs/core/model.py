@@ -285,6 +285,12 @@ class Job:
     waiting: str | None = None
     """What holds a queued job now: ``"waiting: fal:kling at 2 of 2"``,
     ``"starts in 40s"``; None when nothing but the queue itself."""
+    parked: dict[str, Any] | None = None
+    """A running job whose body handed its work to a provider and let its slot
+    go (``Submitted``): ``provider``, ``request_id``, ``position`` in the
+    provider's queue (0: running there; None: not said), ``since`` and
+    ``deadline_at`` (ISO times); ``waiting`` says it in words ("waiting on
+    fal, 3rd in queue"). None otherwise."""
     text_replaced: list[str] | None = None
     """Where text no store keeps as given (NUL, a lone surrogate) was stored as
     U+FFFD: ``"result"``, ``"error"`` or a record field's name; None when

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from nw.jobs.core import eta, events, liveness
+from nw.jobs.core import eta, events, liveness, parked
 from nw.jobs.core.model import (
     ACTIVE_STATUSES,
     FAILED,
@@ -224,6 +224,18 @@ def to_job(
             eta_s = wait.start_in_s + view.eta_s
         if wait.reason:
             label_hint = wait.reason
+    shown_parked, waiting = (
+        None,
+        (wait.reason if wait is not None and status.value == "queued" else None),
+    )
+    if live and parked.is_parked(rec):
+        shown_parked, waiting = (
+            _parked(rec[parked.PARKED_FIELD]),
+            parked.waiting_text(rec[parked.PARKED_FIELD]),
+        )
+        left = parked.eta_of(rec[parked.PARKED_FIELD], now)
+        if left is not None:
+            eta_s = left
     eta_ts = _dt(now + eta_s) if (eta_s is not None and live) else None
     result = row.result
     error, error_kind, graded = outcome_of(row)
@@ -260,7 +272,11 @@ def to_job(
             actual_is_lower_bound=rec.get("actual_is_lower_bound"),
         ),
         cached=bool(rec.get("cached")),
-        worker_silent_s=_round(liveness.worker_silent_s(rec, now, worker)) if live else None,
+        worker_silent_s=(
+            _round(liveness.worker_silent_s(rec, now, worker))
+            if live and shown_parked is None  # parked: no worker holds it
+            else None
+        ),
         worker_responsive=liveness.worker_responsive(status.value, rec, now, config, worker),
         artifact_ref=rec.get("artifact_ref"),
         result=result,
@@ -278,9 +294,22 @@ def to_job(
         limit_key=rec.get("limit_key"),
         not_before=_dt(rec.get("not_before")),
         starts_at=starts_at,
-        waiting=(wait.reason if wait is not None and status.value == "queued" else None),
+        waiting=waiting,
+        parked=shown_parked,
         text_replaced=_names(rec.get(REPLACED_FIELD)),
     )
+
+
+def _parked(info: Mapping[str, Any]) -> dict[str, Any]:
+    """What a parked job shows of its ``parked`` field (times as ISO text)."""
+    position = info.get("position")
+    return {
+        "provider": info.get("provider"),
+        "request_id": info.get("request_id"),
+        "position": position if isinstance(position, int) else None,
+        "since": _iso(info.get("since")),
+        "deadline_at": _iso(info.get("deadline_at")),
+    }
 
 
 def _names(value: Any) -> list[str] | None:

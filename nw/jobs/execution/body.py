@@ -29,12 +29,14 @@ from nw.jobs.core.errors import JobCancelled, JobRefused, error_kind_of
 from nw.jobs.core.eta import observed_fraction
 from nw.jobs.core.ids import check_json_params
 from nw.jobs.core.model import ERROR_KIND_CRASHED, JobsConfig
+from nw.jobs.core.parked import Submitted
 from nw.jobs.core.records import JobRow
+from nw.jobs.execution import hooks, park
 from nw.jobs.stores.roles import WorkerStore
 
 log = logging.getLogger("nw.jobs")
 
-OPTIONAL_KWARGS = ("job_id", "on_event", "should_cancel", "secrets", "resume")
+OPTIONAL_KWARGS = ("job_id", "on_event", "should_cancel", "secrets", "resume", "webhook_url")
 _CANCEL_POLL_S = 0.25
 REPREDICT_AFTER_S = 1.0
 """A job that waited in the queue at least this long is predicted again at its start."""
@@ -59,6 +61,12 @@ def _declared(fn: Callable) -> frozenset[str] | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
     return frozenset(params)
+
+
+def _wants_webhook(fn: Callable) -> bool:
+    """The body declares ``webhook_url`` (by name: ``**kwargs`` is not asked for one)."""
+    accepts = _declared(fn)
+    return accepts is not None and "webhook_url" in accepts
 
 
 def redact(text: str, secrets: Mapping[str, str] | None) -> str:
@@ -109,6 +117,11 @@ class Launch:
     be pending): a stopping worker leaves such a job to it. A flag, not the
     write's future: that future's callbacks hold this launch (a cycle per job
     for the garbage collector to walk)."""
+    parked: bool = False
+    """The body returned ``Submitted``: its job waits on the provider, not here."""
+    on_park: Callable[[], None] | None = None
+    """Called once the body parked its job (``Submitted``): the process's
+    poller starts if it has not (the in-process runtime's)."""
     setup: Callable[[Launch], None] | None = None
     """Called on the body's thread before the attempt, to fill in what may
     take time to get (a worker's secrets from its provider) off the thread
@@ -255,12 +268,24 @@ def run_attempt(
             "secrets": dict(launch.secrets or {}),
             "resume": rec.get("resume"),
         }
+        hooked = _wants_webhook(launch.fn)
+        if hooked:  # signed for this job and attempt, valid before the body submits
+            offered["webhook_url"] = hooks.url_for(launch.project, job_id, attempt)
         kwargs = accepted_kwargs(launch.fn, offered)
         value: Any = None
         try:
             if error is None:
                 with launch.capture if launch.capture is not None else nullcontext():
                     value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)
+                if isinstance(value, Submitted):  # the provider has it: the slot goes
+                    webhook = hooked and offered.get("webhook_url") is not None
+                    parked = park.park_attempt(
+                        store, sink.record, value, webhook=webhook, config=config
+                    )
+                    launch.parked = True
+                    if launch.on_park is not None:
+                        launch.on_park()
+                    return parked
                 check_json_params({"result": value})
                 value = redact_value(value, launch.secrets)  # a result never stores a secret
         except BaseException as exc:  # a body must never leave its job RUNNING

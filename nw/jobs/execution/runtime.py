@@ -37,6 +37,7 @@ from au import (
     ThreadBackend,
 )
 
+from nw.jobs.core import kinds
 from nw.jobs.core.limits import NotYet
 from nw.jobs.core.model import RUNNER_INPROC, JobsConfig
 from nw.jobs.core.records import JobRow
@@ -44,6 +45,7 @@ from nw.jobs.execution import procs
 from nw.jobs.execution.body import Launch, run_attempt
 from nw.jobs.execution.journal import Finishing
 from nw.jobs.execution.learning import DurationLearningMiddleware
+from nw.jobs.execution.poller import Poller, Setup
 from nw.jobs.execution.reaper import RunnersRead
 from nw.jobs.stores.base import JobStore
 
@@ -184,6 +186,8 @@ class Runtime:
             done=lambda key, args: self._release(key, args[-1]),
         )
         self._launches: dict[str, Launch] = {}
+        self.poller: Poller | None = None
+        """Looks after the parked jobs of its kinds (started by ``poll_parked``)."""
         self._timers: dict[str, threading.Timer] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -246,6 +250,8 @@ class Runtime:
         ``priority`` first); a delayed one joins the pool's queue only when due,
         so it holds no thread while it waits."""
         before = self._hold(job_id, launch)
+        if launch.on_park is None:  # its body may park: this process then polls it
+            launch.on_park = lambda: self.poll_parked(launch.project).wake()
         try:
             self._ensure_beater()
             delay = None if not_before is None else not_before - self.config.clock()
@@ -352,6 +358,25 @@ class Runtime:
             self._idle.notify_all()
         if self._on_release is not None:
             self._on_release(job_id)
+
+    def poll_parked(
+        self,
+        project: Any,
+        kinds_of: Callable[[], list[str]] | None = None,
+        setup: Setup | None = None,
+    ) -> Poller:
+        """This process's poller of the store's parked jobs (of ``kinds_of()``:
+        by default every kind registered here), started on first need."""
+        with self._lock:
+            if self.poller is None:
+                self.poller = Poller(
+                    self.store,
+                    self.config,
+                    project,
+                    kinds_of or kinds.registered_kinds,
+                    setup=setup,
+                )
+            return self.poller
 
     def held_jobs(self) -> list[str]:
         with self._lock:
@@ -469,6 +494,8 @@ class Runtime:
 
     def close(self, *, wait: bool = True) -> None:
         self._stop.set()
+        if self.poller is not None:  # its look in hand ends first (a short one)
+            self.poller.close()
         self.finishing.close()  # what is still kept stays in the journal for the next worker
         with self._lock:
             timers = list(self._timers.values())

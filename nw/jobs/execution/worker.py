@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 from nw.errors import InvalidSetting, JobStoreError, NwJobsError, ProjectError
@@ -47,6 +48,7 @@ from nw.jobs.core.records import JobRow, attempt_in_run
 from nw.jobs.execution import credentials, worker_cli
 from nw.jobs.execution.body import Launch
 from nw.jobs.execution.journal import journal_dir
+from nw.jobs.execution.poller import parking_kinds
 from nw.jobs.execution.reaper import BeatReaping, Reaper, RunnersRead
 from nw.jobs.execution.runtime import Runtime
 from nw.jobs.stores import open_store
@@ -131,6 +133,8 @@ class Worker:
             reaper = Reaper(store, config, rt.holds)
             self.reapers.append(reaper)
             rt.on_beat = lambda read, reaper=reaper: self._beaten(reaper, read)
+            if parking_kinds(self.kinds()):  # its parked jobs, and any dead worker's
+                rt.poll_parked(project, self.kinds, setup=self._under_secrets)
             store.refill = Refill(
                 kinds=self.kinds,
                 runner_id=self.runner_id,
@@ -156,7 +160,7 @@ class Worker:
                 kind,
                 job_id[:12],
                 attempt,
-                _said(decided),
+                "parked" if launch is not None and launch.parked else _said(decided),
                 time.monotonic() - at,
             )
         with self._lock:  # its finish may have claimed in its place (then no slot is free)
@@ -432,6 +436,17 @@ class Worker:
         launch.secrets = secrets
         if secrets.get(credentials.FAL):  # without one there is nothing to bind per job
             launch.capture = credentials.around_body(None, secrets)
+
+    def _under_secrets(self, kind: str, params: Mapping[str, Any]) -> AbstractContextManager[Any]:
+        """A parked job's handlers run under the secrets its body would (fal's key bound)."""
+        try:
+            secrets = dict(self._secrets(kind, params))
+        except Exception as exc:
+            log.error("secrets provider failed for kind %s: %s", kind, type(exc).__name__)
+            secrets = {}
+        if secrets.get(credentials.FAL):
+            return credentials.around_body(None, secrets)
+        return nullcontext()
 
     def run(self) -> int:
         """Serve until ``stopping`` is set; returns the process exit code."""

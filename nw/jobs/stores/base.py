@@ -32,6 +32,7 @@ from au import ComputationResult, ComputationStore
 from nw.jobs.core.records import JobRow
 from nw.jobs.core.storable import storable_finish
 from nw.jobs.stores.columns import actor_id_of
+from nw.jobs.stores.parking import ParkedStore
 from nw.jobs.stores.roles import (
     History,
     JobReads,
@@ -53,7 +54,9 @@ log = logging.getLogger("nw.jobs")
 DURATION_BOUNDS = 10
 
 
-class JobStore(JobReads, Queue, Running, Runners, Limits, Learning, History, SpendPolicy, ABC):
+class JobStore(
+    JobReads, Queue, Running, Runners, Limits, Learning, History, SpendPolicy, ParkedStore, ABC
+):
     """One project's jobs, behind atomic operations."""
 
     read_only: bool = False

@@ -76,6 +76,7 @@ from nw.jobs.stores.pg_base import (
 from nw.jobs.stores.pg_database import Conn, RetryNow, one, one_row
 from nw.jobs.stores.pg_finishes import PgFinishes
 from nw.jobs.stores.pg_listen import PgWakeListener
+from nw.jobs.stores.pg_parked import PgParking
 from nw.jobs.stores.pg_schema import migrate
 
 __all__ = [
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 
-class PostgresJobStore(PgFinishes):
+class PostgresJobStore(PgParking, PgFinishes):
     """One project's jobs in a PostgreSQL database (see the module docstring)."""
 
     def change_mark(self) -> tuple[Any, ...]:

@@ -20,6 +20,7 @@ from au import ComputationStatus
 
 from nw.jobs.core.limits import Limit, NotYet
 from nw.jobs.core.records import JobRow
+from nw.jobs.stores.parking import ParkedStore
 
 
 def settled(call: Callable[[], Any]) -> Future:
@@ -414,7 +415,7 @@ class SpendPolicy(Protocol):
         already holds the store's write lock)."""
 
 
-class WorkerStore(JobReads, Queue, Running, Runners, Learning, Protocol):
+class WorkerStore(JobReads, Queue, Running, Runners, Learning, ParkedStore, Protocol):
     """What a worker and the in-process runtime use of a store."""
 
     read_only: bool

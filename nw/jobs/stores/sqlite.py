@@ -44,6 +44,7 @@ from nw.jobs.stores.sqlite_base import (
     _dumps,
 )
 from nw.jobs.stores.sqlite_claims import SqliteClaims
+from nw.jobs.stores.sqlite_parked import SqliteParking
 
 __all__ = [
     "DB_NAME",
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 
-class SqliteJobStore(SqliteClaims):
+class SqliteJobStore(SqliteParking, SqliteClaims):
     """One project's jobs in ``<root>/.nw/jobs/jobs.sqlite3`` (see the module docstring)."""
 
     def _put_job(self, c: sqlite3.Connection, record: Mapping[str, Any]) -> dict[str, Any]:

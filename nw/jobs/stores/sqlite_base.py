@@ -26,13 +26,15 @@ from nw.jobs.stores.shared import SharedStore
 from nw.jobs.stores.sql import load_queries
 
 DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: The version that added the prune rollup (an older file read read-only has none).
 ROLLUP_VERSION = 3
 #: The version that added limits, priorities and turns (the same for a read-only handle).
 LIMITS_VERSION = 4
 #: The version that added the spend policy (budgets, approval).
 POLICY_VERSION = 5
+#: The version that added parked provider jobs (the parked table).
+PARKED_VERSION = 6
 Q = load_queries("sqlite_queries.sql")
 #: The columns a patch sets by a statement of their own (``patch_<name>``).
 _PATCHED_ALONE = patched_alone("sqlite")
@@ -75,6 +77,7 @@ class SqliteBase(SharedStore):
         "rollup": ROLLUP_VERSION,
         "limits": LIMITS_VERSION,
         "policy": POLICY_VERSION,
+        "parked": PARKED_VERSION,
     }
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False):

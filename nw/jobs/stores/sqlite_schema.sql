@@ -1,9 +1,10 @@
--- nw.jobs embedded store, schema version 5 (SQLite, WAL mode). Every statement
+-- nw.jobs embedded store, schema version 6 (SQLite, WAL mode). Every statement
 -- is idempotent (IF NOT EXISTS): a file at an older version is upgraded by
 -- adding the columns it lacks (sqlite_upgrades.sql) and running the whole file
 -- again. Versions: 1 the first; 3 the console's (kind and finished indexes,
 -- spend_rollup); 4 adds limits, priorities and fair share (2 was that alone);
--- 5 adds the spend policy (budgets, approval: new tables only).
+-- 5 adds the spend policy (budgets, approval: new tables only); 6 parked
+-- provider jobs (the parked table only).
 -- jobs:   the index (membership authority); real columns for what is
 --         filtered, ordered or fenced, the rest of the record in `doc` (JSON).
 -- status: the au ComputationStore (single source of truth for run status);
@@ -130,3 +131,23 @@ CREATE TABLE IF NOT EXISTS approval (
     mode          TEXT NOT NULL,
     updated_at    REAL NOT NULL
 );
+
+-- version 6: parked provider jobs (nw/jobs/core/parked.py). One row per job
+-- whose body handed its work to a provider (`request_id` set by the park), or
+-- whose webhook arrived before the park was recorded (`request_id` NULL, the
+-- payload kept in `webhook` for it). `attempt`: the attempt that parked (a
+-- row of an older attempt is stale); `due_at`: its next look (a poll, or a
+-- kept webhook: now); `look_until`: a poller's lease on it for one look;
+-- `polls`: looks so far (the back-off).
+CREATE TABLE IF NOT EXISTS parked (
+    job_id      TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    request_id  TEXT,
+    due_at      REAL NOT NULL,
+    look_until  REAL NOT NULL DEFAULT 0,
+    polls       INTEGER NOT NULL DEFAULT 0,
+    deadline_at REAL,
+    webhook     TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS parked_due ON parked (due_at);

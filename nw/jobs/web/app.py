@@ -36,6 +36,7 @@ from nw.jobs.stores.base import JobStore
 from nw.jobs.web import (
     routes_budgets,
     routes_console,
+    routes_hooks,
     routes_jobs,
     routes_metrics,
     routes_summary,
@@ -68,6 +69,7 @@ ROUTES = [
     *routes_summary.routes,
     *routes_metrics.routes,
     *routes_budgets.routes,
+    *routes_hooks.routes,
 ]
 
 

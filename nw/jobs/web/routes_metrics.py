@@ -42,6 +42,11 @@ class ProjectsCollector(Collector):
             "Jobs running (cancelling ones included)",
             labels=["project", "kind"],
         )
+        parked = GaugeMetricFamily(
+            f"{PREFIX}_parked",
+            "Running jobs parked on a provider's queue (no worker slot held), by kind",
+            labels=["project", "kind"],
+        )
         finished = GaugeMetricFamily(
             f"{PREFIX}_finished",
             "Finished jobs by status and grade (pruned ones included; a retry moves a job"
@@ -77,6 +82,7 @@ class ProjectsCollector(Collector):
             for kind, by in sorted(data["live"].items()):
                 queued.add_metric([name, kind], by.get("queued", 0))
                 running.add_metric([name, kind], by.get("running", 0) + by.get("cancelling", 0))
+                parked.add_metric([name, kind], by.get("parked", 0))
             for (status, grade), n in sorted(data["finished"].items()):
                 finished.add_metric([name, status, grade], n)
             for window in ("today", "week"):
@@ -90,7 +96,7 @@ class ProjectsCollector(Collector):
                 buckets = [(_le(b), n) for b, n in sorted(d["buckets"].items())]
                 buckets.append(("+Inf", d["count"]))
                 duration.add_metric([name, kind], buckets, sum_value=d["seconds"])
-        yield from (queued, running, finished, spend, committed, lower, workers, duration)
+        yield from (queued, running, parked, finished, spend, committed, lower, workers, duration)
 
 
 def _le(bound: float) -> str:

@@ -185,6 +185,10 @@ def _foreign_origin(headers: Headers) -> str | None:
     return None if host and host == headers.get("host", "").lower() else f"Origin: {origin.strip()}"
 
 
+HOOKS_PREFIX = "/hooks/"
+"""Providers' webhooks (``routes_hooks``): each URL signed for one job and attempt."""
+
+
 class BearerAuth:
     """Every request needs the token: ``Authorization: Bearer …`` or the tray's cookie.
 
@@ -203,6 +207,9 @@ class BearerAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
+            return
+        if scope["type"] == "http" and _route_path(scope).startswith(HOOKS_PREFIX):
+            await self.app(scope, receive, send)  # signed per job: a provider has no token
             return
         request = Request(scope)
         if scope["type"] == "websocket":  # no socket routes today; none may slip past later

@@ -690,6 +690,8 @@ WITH jb AS (
   DELETE FROM nw_jobs.runners WHERE project_id = %(project_id)s
 ), ub AS (
   DELETE FROM nw_jobs.spend_rollup WHERE project_id = %(project_id)s
+), kb AS (
+  DELETE FROM nw_jobs.parked WHERE project_id = %(project_id)s
 )
 SELECT count(*) AS jobs FROM jb;
 

@@ -60,7 +60,10 @@ function stateOf(job) {
   const live = job.status === "running" || job.status === "cancelling";
   if (live && job.worker_responsive === false) return WORKER_LOST;
   // a queued job held by a delay or its key's limit says so ("waiting: fal:kling at 2 of 2")
-  return job.status === "queued" && job.waiting ? job.waiting : job.status;
+  if (job.status === "queued" && job.waiting) return job.waiting;
+  // parked on a provider, no worker slot held: "waiting on fal, 3rd in queue"
+  if (job.status === "running" && job.parked && job.waiting) return job.waiting;
+  return job.status;
 }
 
 function stageOf(job) {
@@ -715,6 +718,11 @@ function renderDetail(job) {
     facts.lastChild.className = "ran";
   }
   pair(facts, "attempt", `${job.attempt} of ${job.max_attempts}`);
+  if (job.parked) {  // parked on a provider: no worker holds it
+    pair(facts, "provider", [job.waiting, job.parked.request_id].filter(Boolean).join(" · "));
+    pair(facts, "parked", when(job.parked.since));
+    if (job.parked.deadline_at) pair(facts, "deadline", when(job.parked.deadline_at));
+  }
   if (LIVE.has(job.status) && job.worker_silent_s !== null && job.worker_silent_s !== undefined) {
     pair(facts, "worker", workerText(job));
     facts.lastChild.className = "beat";

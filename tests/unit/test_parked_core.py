@@ -1,0 +1,68 @@
+"""The pure part of parked jobs (nw/jobs/core/parked.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nw.errors import InvalidInput
+from nw.jobs import Pending, Submitted
+from nw.jobs.core import parked
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: Submitted(""),
+        lambda: Submitted("r\x00"),
+        lambda: Submitted(123),  # type: ignore[arg-type]
+        lambda: Submitted("r", provider=" "),
+        lambda: Submitted("r", deadline_s=0),
+        lambda: Submitted("r", deadline_s=float("nan")),
+        lambda: Submitted("r", position=-1),
+        lambda: Submitted("r", position=True),  # type: ignore[arg-type]
+        lambda: Pending(position=1.5),  # type: ignore[arg-type]
+        lambda: Pending(eta_s=-1),
+    ],
+)
+def test_what_a_body_or_a_poll_says_is_checked(bad):
+    with pytest.raises(InvalidInput):
+        bad()
+
+
+def test_polls_back_off_and_follow_the_provider_s_estimate():
+    waits = [parked.next_poll_in(n, webhook=False) for n in range(8)]
+    assert waits[0] == parked.FIRST_POLL_S and waits == sorted(waits)
+    assert max(waits) == parked.MAX_POLL_S
+    assert parked.next_poll_in(6, webhook=False, pending=Pending(eta_s=3)) == 3
+    # with a webhook coming, a poll is a rare safety net
+    assert parked.next_poll_in(0, webhook=True) == parked.WEBHOOK_FIRST_POLL_S
+    assert parked.next_poll_in(9, webhook=True) == parked.WEBHOOK_POLL_S
+
+
+@pytest.mark.parametrize(
+    ("position", "text"),
+    [
+        (None, "waiting on fal"),
+        (0, "waiting on fal, running there"),
+        (1, "waiting on fal, 1st in queue"),
+        (2, "waiting on fal, 2nd in queue"),
+        (3, "waiting on fal, 3rd in queue"),
+        (11, "waiting on fal, 11th in queue"),
+        (22, "waiting on fal, 22nd in queue"),
+    ],
+)
+def test_a_parked_job_says_what_it_waits_on(position, text):
+    assert parked.waiting_text({"provider": "fal", "position": position}) == text
+
+
+def test_a_park_remembers_the_request_so_a_retry_reattaches():
+    fields = parked.park_fields(
+        Submitted("req", deadline_s=60, position=4), now=100.0, webhook=True
+    )
+    assert fields["resume"] == {"request_id": "req", "provider": "fal"}
+    assert fields["parked"]["deadline_at"] == 160.0 and fields["parked"]["position"] == 4
+    info = fields["parked"]
+    assert parked.pending_fields(info, Pending(position=4), now=101.0) is None  # nothing new
+    moved = parked.pending_fields(info, Pending(position=2, eta_s=30), now=101.0)
+    assert moved is not None and moved["parked"]["position"] == 2
+    assert parked.eta_of(moved["parked"], 111.0) == 20.0
