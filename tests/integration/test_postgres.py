@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import threading
@@ -17,6 +16,7 @@ from nw import jobs
 from nw.jobs.core.errors import JobStoreError
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.contract.test_store_contract import record
+from tests.integration.pg_proxy import relayed
 
 pytestmark = pytest.mark.postgres
 
@@ -592,24 +592,6 @@ def _sent(path, message):
     )
 
 
-@contextlib.contextmanager
-def _relayed(pg_url):
-    """A ``Relay`` in front of the test server, and the URL through it."""
-    from urllib.parse import urlparse
-
-    from tests.integration.pg_proxy import Relay
-
-    parts = urlparse(pg_url)
-    relay = Relay(parts.hostname or "127.0.0.1", parts.port or 5432)
-    try:
-        yield (
-            relay,
-            pg_url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{relay.port}"),
-        )
-    finally:
-        relay.close()
-
-
 def _frozen_after_one_send(relay, call) -> threading.Thread:
     """``call()`` on a thread of its own, its process frozen (as far as the
     server can tell) after its first send: what it sends later never arrives."""
@@ -655,7 +637,7 @@ def test_a_client_frozen_after_sending_a_statement_holds_no_lock(pg_url):
         setup.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, x int)")
         setup.execute(f"INSERT INTO {table} VALUES (1, 0)")
     try:
-        with _relayed(pg_url) as (relay, url), psycopg.connect(url, autocommit=True) as conn:
+        with relayed(pg_url) as (relay, url), psycopg.connect(url, autocommit=True) as conn:
             query = f"UPDATE {table} SET x = x + 1 WHERE id = %(id)s"
             one(conn, query, {"id": 1})  # its first run: prepared (a Parse, sent alone), run
             for run in range(1, 9):
@@ -683,7 +665,7 @@ def test_a_client_frozen_after_sending_a_claim_with_its_beat_holds_no_lock(pg_ur
 
     monkeypatch.setenv(pg_pool.POOL_MAX_ENV, "1")
     project_id = f"frozen-{uuid.uuid4().hex[:6]}"
-    with _relayed(pg_url) as (relay, url):
+    with relayed(pg_url) as (relay, url):
         store = PostgresJobStore(f"{url}?application_name={project_id}", project_id)
         try:
             store.register_runner("w", {"role": "worker"}, now=1_700_000_000.0)
