@@ -827,3 +827,30 @@ def test_a_claim_carries_the_runners_beat_in_its_own_round_trip(pg_url, tmp_path
     finally:
         store.purge()
     assert (_sent(trace, "Query"), _sent(trace, "Bind"), _sent(trace, "Sync")) == (1, 0, 0)
+
+
+def test_a_call_waiting_out_an_outage_is_answered_soon_after_it(pg_url):
+    # The pool grows once for a caller that waits; when that growth gave up
+    # (the server down) nothing tried again before the caller's 5 s timeout, so
+    # a call answered up to 5 s after the server was back (pg_pool.RECONNECT_S).
+    from nw.jobs.stores.pg_database import Database
+
+    def select_one(conn, _retried):
+        return conn.execute("SELECT 1 AS one").fetchone()
+
+    answered: list[float] = []
+    with relayed(pg_url) as (relay, url):
+        db = Database(url, retry_s=30)
+        assert db.run(select_one, what="a read") == {"one": 1}
+        relay.cut()
+        waiting = threading.Thread(
+            target=lambda: answered.append(db.run(select_one, what="a read") and time.monotonic()),
+            daemon=True,
+        )
+        waiting.start()
+        time.sleep(1.0)  # the scenario: a one-second outage, the call waiting it out
+        relay.restore()
+        back = time.monotonic()
+        waiting.join(timeout=30)
+    assert answered, "the call never answered"
+    assert answered[0] - back < 2.5  # was about 4 s: the 5 s timeout less the outage
