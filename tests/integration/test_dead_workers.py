@@ -212,7 +212,7 @@ def test_a_dropped_database_connection_reaps_no_live_job(project, tmp_path):
 
 
 @pytest.mark.postgres
-def test_a_job_beat_the_outage_silenced_is_not_reaped_by_a_worker_back_first(project):
+def test_a_job_beat_the_outage_silenced_is_not_reaped_by_a_worker_back_first(project, tmp_path):
     """Each worker reaches the database through a relay of its own. Both lose it
     for longer than the job's heartbeat window and the worker window; the one
     that does not hold the job comes back first and judges the other's job,
@@ -227,12 +227,24 @@ def test_a_job_beat_the_outage_silenced_is_not_reaped_by_a_worker_back_first(pro
     flags = ("--heartbeat-interval", "0.5", "--heartbeat-stale", "5")
     config = jobs.JobsConfig(database_url=url, **beats)
     with relayed(url) as (holder_relay, holder_url), relayed(url) as (judge_relay, judge_url):
-        holder = start_worker(project, max_concurrent=1, database_url=holder_url, extra=flags)
+        holder = start_worker(
+            project,
+            max_concurrent=1,
+            database_url=holder_url,
+            extra=flags,
+            log_path=tmp_path / "holder.log",
+        )
         judge = None
         try:
             job = jobs.enqueue(project, "t.sleepy", {"seconds": 16}, config=config)
             _running(project, job.job_id, config)
-            judge = start_worker(project, max_concurrent=1, database_url=judge_url, extra=flags)
+            judge = start_worker(
+                project,
+                max_concurrent=1,
+                database_url=judge_url,
+                extra=flags,
+                log_path=tmp_path / "judge.log",  # says what it reaped, if it does
+            )
             wait_until(
                 lambda: len(jobs.workers(project, config=config)) == 2,
                 timeout=30,

@@ -187,11 +187,13 @@ def _outage(store, clock, how: str, config: JobsConfig) -> tuple[Reaper, list[st
     if how == "slow read":  # the read waited the outage out in its retries
         slow = _read(clock, 16.0)
         reaped += reaper.tick(read=RunnersRead(slow.rows, 1.0, 16.0, clock.now - 15))
+    # ("late read": a beat that waited it out and read nothing; the reaper's
+    # next read is prompt, but the first in 17 s)
     reaped += reaper.tick(read=_read(clock, 17.0))  # a full pass: a second after the last
     return reaper, reaped
 
 
-@pytest.mark.parametrize("how", ["failed beat", "slow read", "boot"])
+@pytest.mark.parametrize("how", ["failed beat", "slow read", "late read", "boot"])
 def test_a_job_beat_the_outage_silenced_is_not_reaped(store, clock, claimed, config, how):
     # Given a job whose heartbeat (stale after 10 s) was last written before a 15 s
     # outage that the judging reaper lived through (or booted into)

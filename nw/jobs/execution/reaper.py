@@ -43,11 +43,12 @@ class Reaper:
     judged. Proof that a process is gone needs no such grace.
 
     Nor is any silence counted inside its **blind spells** (``WorkerSeen.blind``):
-    from its last answer before a failed beat, a failed pass or a read that
-    waited out an outage, to the next answer (and from its process's boot to
-    its first answer). The job's own heartbeat is judged outside them too: a
-    worker that could not write it during an outage this reaper lived through
-    is not dead for that.
+    from its last answer before a failed beat, a failed pass, a read that
+    waited out an outage or one that came late (``worker_stale_s / 2`` after
+    the last: a beat that waited it out and read nothing), to the next answer
+    (and from its process's boot to its first answer). The job's own
+    heartbeat is judged outside them too: a worker that could not write it
+    during an outage this reaper lived through is not dead for that.
     """
 
     #: Blind spells remembered (the newest): silence spanning older ones is long.
@@ -117,8 +118,8 @@ class Reaper:
         answered_at = now + (mono - read.asked)  # the store's clock, when it answered
         with self._failed_lock:
             failed_at, self._failed_at = self._failed_at, None
-            if slow:  # the read itself waited out an outage
-                self._went_blind()
+            if slow or late:  # the read waited out an outage, or none came for a while:
+                self._went_blind()  # (a beat that waited it out and read nothing)
             if self._blind_since is not None:  # the spell ends with this answer
                 spell = (min(self._blind_since, now), answered_at)
                 self._blind = (*self._blind, spell)[-self.SPELLS_KEPT :]
