@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Iterator
+from urllib.parse import urlparse
 
 
 class Relay:
@@ -31,15 +33,16 @@ class Relay:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            if not self.up.is_set():
-                client.close()  # refused while cut, as a restarting server would
-                continue
             try:
-                server = socket.create_connection(self.upstream)
+                server = socket.create_connection(self.upstream) if self.up.is_set() else None
             except OSError:
-                client.close()
-                continue
-            with self._lock:
+                server = None
+            with self._lock:  # ``cut`` clears ``up`` under this lock: no connection
+                if server is None or not self.up.is_set():  # accepted before it survives it
+                    for s in (client, server):
+                        if s is not None:
+                            s.close()  # refused while cut, as a restarting server would
+                    continue
                 self._open += [client, server]
             for a, b, upward in ((client, server, True), (server, client, False)):
                 threading.Thread(target=self._pump, args=(a, b, upward), daemon=True).start()
@@ -63,8 +66,8 @@ class Relay:
 
     def cut(self) -> None:
         """Drop every open connection and refuse new ones until ``restore``."""
-        self.up.clear()
         with self._lock:
+            self.up.clear()
             conns, self._open = self._open, []
         for s in conns:
             with contextlib.suppress(OSError):
@@ -90,3 +93,18 @@ class Relay:
         self.thaw()
         self.cut()
         self.listener.close()
+
+
+@contextlib.contextmanager
+def relayed(url: str) -> Iterator[tuple[Relay, str]]:
+    """A ``Relay`` in front of the server of ``url``, and the URL through it
+    (one per process to cut each one's database apart)."""
+    parts = urlparse(url)
+    relay = Relay(parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        yield (
+            relay,
+            url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{relay.port}"),
+        )
+    finally:
+        relay.close()

@@ -184,33 +184,91 @@ def test_a_worker_paused_for_less_than_the_stale_window_keeps_its_job(cfg, proje
 def test_a_dropped_database_connection_reaps_no_live_job(project, tmp_path):
     """Every worker loses the database for longer than ``worker_stale_s``; when
     it comes back, all beats are old, and nobody may be judged dead for it."""
-    from urllib.parse import urlparse
-
     from tests.conftest import purge_postgres_project, require_postgres
-    from tests.integration.pg_proxy import Relay
+    from tests.integration.pg_proxy import relayed
 
     url = require_postgres()
-    parts = urlparse(url)
-    relay = Relay(parts.hostname or "127.0.0.1", parts.port or 5432)
-    relayed = url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{relay.port}")
     config = jobs.JobsConfig(database_url=url, **SLOW_JOB_BEATS)  # the default worker window
     flags = (*SLOW_JOB_FLAGS,)
-    workers = [start_worker(project, database_url=relayed, extra=flags) for _ in range(2)]
-    try:
-        job = jobs.enqueue(project, "t.sleepy", {"seconds": 12}, config=config)
-        _running(project, job.job_id, config)
-        relay.cut()
-        time.sleep(config.worker_stale_s + 2)  # the scenario: an outage past the window
-        relay.restore()
-        ended = wait_until(
-            lambda: (j := jobs.summarize(project, config=config)[0]).is_terminal and j,
-            timeout=60,
-            what="the job to finish",
-        )
-    finally:
-        relay.restore()
-        for w in workers:
-            stop(w)
-        relay.close()
-        purge_postgres_project(project)
+    with relayed(url) as (relay, through):
+        workers = [start_worker(project, database_url=through, extra=flags) for _ in range(2)]
+        try:
+            job = jobs.enqueue(project, "t.sleepy", {"seconds": 12}, config=config)
+            _running(project, job.job_id, config)
+            relay.cut()
+            time.sleep(config.worker_stale_s + 2)  # the scenario: an outage past the window
+            relay.restore()
+            ended = wait_until(
+                lambda: (j := jobs.summarize(project, config=config)[0]).is_terminal and j,
+                timeout=60,
+                what="the job to finish",
+            )
+        finally:
+            relay.restore()
+            for w in workers:
+                stop(w)
+            purge_postgres_project(project)
     assert ended.status == jobs.SUCCEEDED and ended.attempt == 1
+
+
+@pytest.mark.postgres
+def test_a_job_beat_the_outage_silenced_is_not_reaped_by_a_worker_back_first(project, tmp_path):
+    """Each worker reaches the database through a relay of its own. Both lose it
+    for longer than the job's heartbeat window and the worker window; the one
+    that does not hold the job comes back first and judges the other's job,
+    whose last heartbeat is now stale, before that worker could write another.
+    Its own outage excuses the silence (the reaper's blind spell): the job runs
+    on, once."""
+    from tests.conftest import purge_postgres_project, require_postgres
+    from tests.integration.pg_proxy import relayed
+
+    url = require_postgres()
+    beats = {"heartbeat_interval_s": 0.5, "heartbeat_stale_s": 5.0}  # default worker window
+    flags = ("--heartbeat-interval", "0.5", "--heartbeat-stale", "5")
+    config = jobs.JobsConfig(database_url=url, **beats)
+    with relayed(url) as (holder_relay, holder_url), relayed(url) as (judge_relay, judge_url):
+        holder = start_worker(
+            project,
+            max_concurrent=1,
+            database_url=holder_url,
+            extra=flags,
+            log_path=tmp_path / "holder.log",
+        )
+        judge = None
+        try:
+            job = jobs.enqueue(project, "t.sleepy", {"seconds": 16}, config=config)
+            _running(project, job.job_id, config)
+            judge = start_worker(
+                project,
+                max_concurrent=1,
+                database_url=judge_url,
+                extra=flags,
+                log_path=tmp_path / "judge.log",  # says what it reaped, if it does
+            )
+            wait_until(
+                lambda: len(jobs.workers(project, config=config)) == 2,
+                timeout=30,
+                what="the second worker to beat",
+            )
+            holder_relay.cut()
+            judge_relay.cut()
+            outage = config.worker_stale_s + 3  # past both windows
+            time.sleep(outage)  # the scenario: an outage (not a wait)
+            judge_relay.restore()
+            time.sleep(1.0)  # the scenario: the holder is back a second later
+            holder_relay.restore()
+            # summarize judges nobody: this process never lost the database, so it
+            # would see the holder silent while the judge beats (a partition)
+            ended = wait_until(
+                lambda: (j := jobs.summarize(project, config=config)[0]).is_terminal and j,
+                timeout=60,
+                what="the job to finish",
+            )
+        finally:
+            holder_relay.restore()
+            judge_relay.restore()
+            for w in (holder, judge):
+                if w is not None:
+                    stop(w)
+            purge_postgres_project(project)
+    assert ended.status == jobs.SUCCEEDED and ended.attempt == 1, ended.error

@@ -6,6 +6,7 @@ only where the test database is this machine's cluster and we may restart it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -148,3 +149,57 @@ def test_four_workers_run_1000_jobs_exactly_once_across_a_restart(project, resta
     assert len(counts) == 1000 and set(counts.values()) == {1}, counts.most_common(3)
     assert all(w.returncode == 0 for w in workers)
     assert jobs.list_jobs(project, status="failed", config=cfg) == []
+
+
+def test_four_workers_run_1000_jobs_exactly_once_across_an_outage_each_sees_apart(
+    project, tmp_path
+):
+    """The restart above, without restarting the shared server: each worker
+    reaches it through a relay of its own, all are cut for longer than both
+    liveness windows (the job's heartbeat too) and come back a few tenths of a
+    second apart, so the first back judges the others before they could beat."""
+    from tests.integration.pg_proxy import relayed
+
+    url = require_postgres()
+    bodies.register_all()
+    cfg = jobs.JobsConfig(database_url=url, worker_stale_s=6.0)
+    log = tmp_path / "ran.log"
+    for i in range(1000):
+        jobs.enqueue(project, "t.nap", {"i": i, "log": str(log), "seconds": 0.1}, config=cfg)
+    extra = ("--heartbeat-interval", "1", "--heartbeat-stale", "4")
+
+    def succeeded() -> int:  # summarize judges nobody (this process never lost the server)
+        return len(jobs.summarize(project, status="succeeded", limit=10_000, config=cfg))
+
+    with contextlib.ExitStack() as stack:
+        relays = [stack.enter_context(relayed(url)) for _ in range(4)]
+        workers = [
+            start_worker(
+                project,
+                max_concurrent=8,
+                database_url=through,
+                extra=extra,
+                log_path=tmp_path / f"w{n}.log",
+            )
+            for n, (_, through) in enumerate(relays)
+        ]
+        try:
+            wait_until(lambda: succeeded() >= 150, timeout=60, what="the drain to be under way")
+            for relay, _ in relays:
+                relay.cut()
+            at_cut = succeeded()
+            time.sleep(cfg.worker_stale_s + 2)  # the scenario: an outage past both windows
+            for relay, _ in relays:
+                relay.restore()
+                time.sleep(0.3)  # the scenario: each back a little after the last
+            wait_until(lambda: succeeded() == 1000, timeout=120, what="1000 jobs done")
+        finally:
+            for relay, _ in relays:
+                relay.restore()
+            for w in workers:
+                stop(w)
+            purge_postgres_project(project)
+    assert at_cut < 1000, "the drain ended before the outage: nothing was proven"
+    counts = Counter(log.read_text().split())
+    assert len(counts) == 1000 and set(counts.values()) == {1}, counts.most_common(3)
+    assert all(w.returncode == 0 for w in workers)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import threading
@@ -17,6 +16,7 @@ from nw import jobs
 from nw.jobs.core.errors import JobStoreError
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.contract.test_store_contract import record
+from tests.integration.pg_proxy import relayed
 
 pytestmark = pytest.mark.postgres
 
@@ -596,24 +596,6 @@ def _sent(path, message):
     )
 
 
-@contextlib.contextmanager
-def _relayed(pg_url):
-    """A ``Relay`` in front of the test server, and the URL through it."""
-    from urllib.parse import urlparse
-
-    from tests.integration.pg_proxy import Relay
-
-    parts = urlparse(pg_url)
-    relay = Relay(parts.hostname or "127.0.0.1", parts.port or 5432)
-    try:
-        yield (
-            relay,
-            pg_url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{relay.port}"),
-        )
-    finally:
-        relay.close()
-
-
 def _frozen_after_one_send(relay, call) -> threading.Thread:
     """``call()`` on a thread of its own, its process frozen (as far as the
     server can tell) after its first send: what it sends later never arrives."""
@@ -659,7 +641,7 @@ def test_a_client_frozen_after_sending_a_statement_holds_no_lock(pg_url):
         setup.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, x int)")
         setup.execute(f"INSERT INTO {table} VALUES (1, 0)")
     try:
-        with _relayed(pg_url) as (relay, url), psycopg.connect(url, autocommit=True) as conn:
+        with relayed(pg_url) as (relay, url), psycopg.connect(url, autocommit=True) as conn:
             query = f"UPDATE {table} SET x = x + 1 WHERE id = %(id)s"
             one(conn, query, {"id": 1})  # its first run: prepared (a Parse, sent alone), run
             for run in range(1, 9):
@@ -687,7 +669,7 @@ def test_a_client_frozen_after_sending_a_claim_with_its_beat_holds_no_lock(pg_ur
 
     monkeypatch.setenv(pg_pool.POOL_MAX_ENV, "1")
     project_id = f"frozen-{uuid.uuid4().hex[:6]}"
-    with _relayed(pg_url) as (relay, url):
+    with relayed(pg_url) as (relay, url):
         store = PostgresJobStore(f"{url}?application_name={project_id}", project_id)
         try:
             store.register_runner("w", {"role": "worker"}, now=1_700_000_000.0)
@@ -849,3 +831,30 @@ def test_a_claim_carries_the_runners_beat_in_its_own_round_trip(pg_url, tmp_path
     finally:
         store.purge()
     assert (_sent(trace, "Query"), _sent(trace, "Bind"), _sent(trace, "Sync")) == (1, 0, 0)
+
+
+def test_a_call_waiting_out_an_outage_is_answered_soon_after_it(pg_url):
+    # The pool grows once for a caller that waits; when that growth gave up
+    # (the server down) nothing tried again before the caller's 5 s timeout, so
+    # a call answered up to 5 s after the server was back (pg_pool.RECONNECT_S).
+    from nw.jobs.stores.pg_database import Database
+
+    def select_one(conn, _retried):
+        return conn.execute("SELECT 1 AS one").fetchone()
+
+    answered: list[float] = []
+    with relayed(pg_url) as (relay, url):
+        db = Database(url, retry_s=30)
+        assert db.run(select_one, what="a read") == {"one": 1}
+        relay.cut()
+        waiting = threading.Thread(
+            target=lambda: answered.append(db.run(select_one, what="a read") and time.monotonic()),
+            daemon=True,
+        )
+        waiting.start()
+        time.sleep(1.0)  # the scenario: a one-second outage, the call waiting it out
+        relay.restore()
+        back = time.monotonic()
+        waiting.join(timeout=30)
+    assert answered, "the call never answered"
+    assert answered[0] - back < 2.5  # was about 4 s: the 5 s timeout less the outage

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from nw.jobs.core.liveness import WorkerSeen
 from nw.jobs.core.model import JobsConfig
 from nw.jobs.core.records import attempt_in_run
 from nw.jobs.execution import recovery
@@ -156,3 +157,63 @@ def test_a_failed_beat_makes_the_reaper_wait_before_it_judges_silence(
     # Then the silence counts only after worker_stale_s of reads since the last failure
     assert reaped == ([] if outage else [ID])
     assert store.get(ID).status.value == ("running" if outage else "failed")  # not retryable
+
+
+# ----- blind spells: an outage the reaper lived through judges nobody ---------------
+
+
+def test_silence_counts_only_outside_the_readers_blind_spells():
+    seen = WorkerSeen(beat_at=100.0, others_at=200.0, blind=((110.0, 130.0), (150.0, 155.0)))
+    assert seen.outside_blind(100.0, 200.0) == 75.0  # 100 s less the 20 s and 5 s spells
+    assert seen.outside_blind(120.0, 152.0) == 32.0 - 10.0 - 2.0  # spells cut at the ends
+    assert seen.silent_s(100.0, 1000.0) == 75.0  # the others' beats still bound it
+    assert seen.unproved(100.0, 180.0, 60.0)  # 80 s silent, 55 s of it proved
+    assert not seen.unproved(100.0, 190.0, 60.0)
+    assert not WorkerSeen(beat_at=100.0).unproved(100.0, 160.0, 60.0)  # no spell: as before
+
+
+def _outage(store, clock, how: str, config: JobsConfig) -> tuple[Reaper, list[str]]:
+    """w1 holds the job and w2's reaper judges it; the store is out of reach
+    for 15 s (longer than ``heartbeat_stale_s``), and nobody can beat then.
+    Returns the reaper and what it reaped on its first prompt read after."""
+    reaper = Reaper(store, config, nobody, started=clock.now)
+    reaped: list[str] = []
+    if how != "boot":  # at boot, its first read comes after the outage
+        reaped += reaper.tick(read=_read(clock, 0.0))
+    clock.advance(1)
+    if how == "failed beat":
+        reaper.unreachable(at=1.0)
+    clock.advance(15)
+    if how == "slow read":  # the read waited the outage out in its retries
+        slow = _read(clock, 16.0)
+        reaped += reaper.tick(read=RunnersRead(slow.rows, 1.0, 16.0, clock.now - 15))
+    # ("late read": a beat that waited it out and read nothing; the reaper's
+    # next read is prompt, but the first in 17 s)
+    reaped += reaper.tick(read=_read(clock, 17.0))  # a full pass: a second after the last
+    return reaper, reaped
+
+
+@pytest.mark.parametrize("how", ["failed beat", "slow read", "late read", "boot"])
+def test_a_job_beat_the_outage_silenced_is_not_reaped(store, clock, claimed, config, how):
+    # Given a job whose heartbeat (stale after 10 s) was last written before a 15 s
+    # outage that the judging reaper lived through (or booted into)
+    claimed(ID)
+    reaper, reaped = _outage(store, clock, how, config)
+    # Then its silence is not held against it: nobody could write a beat then
+    assert reaped == [] and store.get(ID).status.value == "running"
+    # And a worker that never beats again is still found, once the reads since
+    # the outage prove it silent
+    for mono in range(18, 31):
+        clock.advance(1)
+        reaped += reaper.tick(read=_read(clock, float(mono)))
+    assert reaped == [ID] and store.get(ID).status.value == "failed"
+
+
+def test_a_job_beat_stale_before_the_outage_is_reaped_after_it(store, clock, claimed, config):
+    # Given a job whose worker was silent for 20 s before the outage began (and
+    # the reaper booted into)
+    claimed(ID)
+    clock.advance(20)
+    _reaper, reaped = _outage(store, clock, "boot", config)
+    # Then the spell excuses none of that: it is reaped on the first read after
+    assert reaped == [ID]

@@ -13,7 +13,10 @@ Two signs of life, written by one beat thread per process:
   This is what finds a killed worker in seconds. Silence is measured against
   the freshest beat of the others (``WorkerSeen.others_at``), not the
   reader's clock alone: when the store itself was unreachable (a database
-  restart) every beat is old, and nobody is judged on that.
+  restart) every beat is old, and nobody is judged on that. Nor on the
+  reader's own **blind spells** (``WorkerSeen.blind``: when its store calls
+  failed or hung, from its last answer to its next; a worker's boot until its
+  first): silence counts only outside them, for both beats below.
 * the **job's heartbeat** (``jobs.heartbeat_at``, every
   ``heartbeat_interval_s``): the process still holds this job. Silent for
   ``heartbeat_stale_s`` the job is dead even if its process lives on. A job
@@ -64,10 +67,28 @@ class WorkerSeen:
     others_at: float = math.inf
     """The freshest beat of any other announced process (-inf: none; inf: not
     known, so the reader's clock alone decides)."""
+    blind: tuple[tuple[float, float], ...] = ()
+    """The reader's blind spells (start, end; the store's clock): when it could
+    not reach the store, so no beat could be written either; silence within
+    them proves nothing."""
 
     def silent_s(self, since: float, now: float) -> float:
-        """Seconds of silence after ``since`` that the others' beats prove."""
-        return min(now, self.others_at) - since
+        """Seconds of silence after ``since`` that the others' beats prove,
+        the reader's blind spells left out."""
+        return self.outside_blind(since, min(now, self.others_at))
+
+    def outside_blind(self, since: float, until: float) -> float:
+        """Seconds from ``since`` to ``until`` outside the reader's blind spells."""
+        span = until - since
+        for start, end in self.blind:
+            span -= max(min(until, end) - max(since, start), 0.0)
+        return span
+
+    def unproved(self, since: float, now: float, stale_s: float) -> bool:
+        """A silence since ``since`` (the reader's clock) is not proved to last
+        ``stale_s``: shorter than that once the reader's blind spells are left
+        out (an outage it lived through silenced everyone, and judges nobody)."""
+        return self.outside_blind(since, now) < stale_s
 
 
 def last_sign_of_life(record: Mapping[str, Any], worker: WorkerSeen | None) -> float | None:
@@ -95,7 +116,7 @@ def heartbeat_is_fresh(record: Mapping[str, Any], now: float, config: JobsConfig
 def worker_alive(worker: WorkerSeen, now: float, config: JobsConfig) -> bool:
     """The process itself (owner of queued in-process jobs): gone, silent while
     others beat, or silent for the seed's ``heartbeat_stale_s`` is dead."""
-    if worker.gone or now - worker.beat_at >= config.heartbeat_stale_s:
+    if worker.gone or not worker.unproved(worker.beat_at, now, config.heartbeat_stale_s):
         return False
     return worker.silent_s(worker.beat_at, now) < config.worker_stale_s
 
@@ -116,6 +137,8 @@ def worker_responsive(
     # that claimed it a moment ago, is alive.
     if worker.gone:
         return False
+    if not held:  # stale by the reader's clock; proved so outside its blind spells?
+        held = worker.unproved(float(record["heartbeat_at"]), now, config.heartbeat_stale_s)
     since = last_sign_of_life(record, worker)
     assert since is not None  # held is not None: the job has a heartbeat
     silent = worker.silent_s(since, now)

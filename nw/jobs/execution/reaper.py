@@ -10,6 +10,7 @@ liveness predicate (via ``recovery``); the writes are ``recovery.reap``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nw.jobs.core import liveness
-from nw.jobs.core.liveness import WorkerSeen
 from nw.jobs.core.model import JobsConfig
 from nw.jobs.execution.recovery import reap_stale, workers_seen
 from nw.jobs.stores.roles import Reaping
@@ -41,10 +41,35 @@ class Reaper:
     (a PostgreSQL restart, during which a read blocks in its retries) every
     beat is old, and the live workers must get one beat in before they are
     judged. Proof that a process is gone needs no such grace.
+
+    Nor is any silence counted inside its **blind spells** (``WorkerSeen.blind``):
+    from its last answer before a failed beat, a failed pass, a read that
+    waited out an outage or one that came late (``worker_stale_s / 2`` after
+    the last: a beat that waited it out and read nothing), to the next answer
+    (and from its process's boot to its first answer). The job's own
+    heartbeat is judged outside them too: a worker that could not write it
+    during an outage this reaper lived through is not dead for that.
     """
 
-    def __init__(self, store: Reaping, config: JobsConfig, holds: Callable[[str], bool]):
+    #: Blind spells remembered (the newest): silence spanning older ones is long.
+    SPELLS_KEPT = 8
+
+    def __init__(
+        self,
+        store: Reaping,
+        config: JobsConfig,
+        holds: Callable[[str], bool],
+        *,
+        started: float | None = None,
+    ):
+        """``started`` (the store's clock; default now): when its process began
+        to reach for the store (a worker's boot, which may have waited out an
+        outage): it is blind from then until its first read answers."""
         self.store, self.config, self.holds = store, config, holds
+        self._blind: tuple[tuple[float, float], ...] = ()  # (start, end), the store's clock
+        self._blind_since: float | None = config.clock() if started is None else started
+        """Blind since then (the last answer before a failure), until a read answers."""
+        self._last_answer: float | None = None  # the store's clock: the last read answered
         self._swept: set[tuple[str, float]] = set()  # (worker, last beat) already swept
         self._ok_since: float | None = None  # monotonic: the store answered since then
         self._last_read: float | None = None  # monotonic: when the last read returned
@@ -59,6 +84,12 @@ class Reaper:
         ``worker_stale_s`` from then (never waits on a tick)."""
         with self._failed_lock:
             self._failed_at = time.monotonic() if at is None else at
+            self._went_blind()
+
+    def _went_blind(self) -> None:
+        """A store call failed: blind since the last answer (spell not ended yet)."""
+        if self._blind_since is None:
+            self._blind_since = self._last_answer or self.config.clock()
 
     def tick(
         self, *, full: bool = False, read: RunnersRead | None = None, wait: bool = True
@@ -72,19 +103,32 @@ class Reaper:
             return self._tick(full, read or RunnersRead.of(self.store, self.config))
         except Exception:
             self._ok_since = None
+            with self._failed_lock:
+                self._went_blind()
             raise
         finally:
             self._lock.release()
 
     def _tick(self, full: bool, read: RunnersRead) -> list[str]:
         config, now, mono = self.config, read.now, read.answered
-        workers = workers_seen(self.store, read.rows)
         slow = mono - read.asked > config.worker_beat_interval_s  # it waited out an outage
         late = self._last_read is None or mono - self._last_read > config.worker_stale_s / 2
         if self._ok_since is None or slow or late:
             self._ok_since = mono
+        answered_at = now + (mono - read.asked)  # the store's clock, when it answered
         with self._failed_lock:
             failed_at, self._failed_at = self._failed_at, None
+            if slow or late:  # the read waited out an outage, or none came for a while:
+                self._went_blind()  # (a beat that waited it out and read nothing)
+            if self._blind_since is not None:  # the spell ends with this answer
+                spell = (min(self._blind_since, now), answered_at)
+                self._blind = (*self._blind, spell)[-self.SPELLS_KEPT :]
+                self._blind_since = None
+            self._last_answer = answered_at
+        workers = {
+            rid: dataclasses.replace(w, blind=self._blind)
+            for rid, w in workers_seen(self.store, read.rows).items()
+        }
         if failed_at is not None:  # prompt reads count from the failure on, whatever this read
             self._ok_since = max(self._ok_since, failed_at)
         self._last_read = mono
@@ -92,7 +136,7 @@ class Reaper:
         if not trusted:  # judge silence only once everyone had the time to beat again
             recent = now - config.worker_beat_interval_s
             workers = {
-                rid: w if w.gone else WorkerSeen(max(w.beat_at, recent), False, w.others_at)
+                rid: w if w.gone else dataclasses.replace(w, beat_at=max(w.beat_at, recent))
                 for rid, w in workers.items()
             }
         if full or mono - self._last_full >= config.heartbeat_interval_s:

@@ -111,6 +111,7 @@ class Worker:
         """Jobs whose body stopped for the shutdown and went back to the queue."""
         self._listener: Any = None  # the store's wake_listener
         self._reaping = BeatReaping(self._after_beat)
+        booted = config.clock()  # its reapers are blind from here (an outage at boot)
         for project in self.projects:
             store = open_store(project, config, create=True)
             if self._listener is None:
@@ -130,7 +131,7 @@ class Worker:
             # one claims or reaps anything (its reaper is fed from below on).
             rt.finishing.replay()
             self.runtimes.append(rt)
-            reaper = Reaper(store, config, rt.holds)
+            reaper = Reaper(store, config, rt.holds, started=booted)
             self.reapers.append(reaper)
             rt.on_beat = lambda read, reaper=reaper: self._beaten(reaper, read)
             if parking_kinds(self.kinds()):  # its parked jobs, and any dead worker's

@@ -57,10 +57,34 @@ def pool_for(
                 name=f"nw-jobs {display}",
                 open=True,
                 timeout=5.0,
-                reconnect_timeout=0,  # never give up: the retry loop decides
+                reconnect_timeout=RECONNECT_S,
+                reconnect_failed=_grow_while_waited_for,
                 max_idle=300.0,
             )
         return pool
+
+
+#: How long the pool tries to open one connection (attempts a second apart, its
+#: backoff's first step) before it gives up and ``_grow_while_waited_for`` decides.
+RECONNECT_S = 1.0
+
+
+def _grow_while_waited_for(pool: ConnectionPool[Any]) -> None:
+    """The pool gave up opening a connection (``RECONNECT_S`` of failures):
+    while a caller waits for one, try again at once.
+
+    psycopg_pool grows for a waiting caller once, when it starts to wait; if
+    that growth gives up (the server restarting) nothing tries again before
+    the caller's timeout (5 s), so a caller waited up to 5 s after the server
+    was back. ``reconnect_timeout=0`` gave up after two attempts at once;
+    a longer one backs off 1, 2, 4, 8 s between attempts, late by as much.
+    Given up each second and begun again, a waiting caller gets its connection
+    within about a second of the server's return; nobody waiting, the next
+    caller's wait starts the growth (``min_size`` is 1: nothing is lost)."""
+    if pool.closed or not pool.get_stats().get("requests_waiting"):
+        return
+    with contextlib.suppress(Exception):
+        pool.check()  # grows the pool (one attempt at a time) and drops broken idle ones
 
 
 def _not_a_reconnect_attempt(record: logging.LogRecord) -> bool:
