@@ -104,6 +104,7 @@ def test_migrate_is_versioned_idempotent_and_safe_from_two_hosts_at_once(fresh_d
         "durations",
         "jobs",
         "limits",
+        "parked",
         "progress",
         "runners",
         "schema_migrations",
