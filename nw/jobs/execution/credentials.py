@@ -15,10 +15,38 @@ and nothing here imports it unless a key could be bound.
 from __future__ import annotations
 
 import importlib.util
+import logging
+import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
+
+log = logging.getLogger("nw.jobs")
+
+#: A worker's source of a job's secrets: (kind, params) -> {name: value}.
+SecretsProvider = Callable[[str, Mapping[str, Any]], Mapping[str, str]]
+
+
+def env_secrets(kind: str, params: Mapping[str, Any]) -> dict[str, str]:
+    """``NW_SECRET_FAL=…`` -> ``{"fal": "…"}`` (the default provider)."""
+    prefix = "NW_SECRET_"
+    return {k[len(prefix) :].lower(): v for k, v in os.environ.items() if k.startswith(prefix)}
+
+
+def secrets_for(provider: SecretsProvider, kind: str, params: Mapping[str, Any]) -> dict[str, str]:
+    """A job's secrets from ``provider``; none when it fails, logged by its
+    type only (a provider's message may quote a secret)."""
+    try:
+        return dict(provider(kind, params))
+    except Exception as exc:
+        log.error(
+            "secrets provider failed for kind %s: %s (its message is not logged)",
+            kind,
+            type(exc).__name__,
+        )
+        return {}
+
 
 FAL = "fal"
 """The provider name falaw binds (``falaw.core.FAL_PROVIDER``) and the secret's name."""

@@ -23,13 +23,10 @@ module:callable`` (called with the kind and params) provides them; a
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
-import importlib
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -40,13 +37,13 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
-from nw.errors import InvalidSetting, JobStoreError, NwJobsError, ProjectError
-from nw.jobs.api import tracing
+from nw.errors import InvalidSetting
 from nw.jobs.core import kinds, outcome
 from nw.jobs.core.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
 from nw.jobs.core.records import JobRow, attempt_in_run
 from nw.jobs.execution import credentials, worker_cli
 from nw.jobs.execution.body import Launch
+from nw.jobs.execution.credentials import SecretsProvider, env_secrets, secrets_for
 from nw.jobs.execution.journal import journal_dir
 from nw.jobs.execution.poller import parking_kinds
 from nw.jobs.execution.reaper import BeatReaping, Reaper, RunnersRead
@@ -59,13 +56,6 @@ log = logging.getLogger("nw.jobs.worker")
 
 IDLE_POLL_S = 0.5
 CLAIM_BATCH_S = 0.005
-SecretsProvider = Callable[[str, Mapping[str, Any]], Mapping[str, str]]
-
-
-def env_secrets(kind: str, params: Mapping[str, Any]) -> dict[str, str]:
-    """``NW_SECRET_FAL=…`` -> ``{"fal": "…"}`` (the default provider)."""
-    prefix = "NW_SECRET_"
-    return {k[len(prefix) :].lower(): v for k, v in os.environ.items() if k.startswith(prefix)}
 
 
 class Worker:
@@ -425,26 +415,13 @@ class Worker:
         """A job's secrets from the provider, on its body's thread (``Launch.setup``):
         a provider that takes its time holds up that job alone, never the claim
         or the finishes it rides with. A provider that fails runs the job without."""
-        try:
-            secrets = dict(self._secrets(kind, params))
-        except Exception as exc:  # its type only: a provider's message may quote a secret
-            log.error(
-                "secrets provider failed for kind %s: %s (its message is not logged)",
-                kind,
-                type(exc).__name__,
-            )
-            secrets = {}
-        launch.secrets = secrets
-        if secrets.get(credentials.FAL):  # without one there is nothing to bind per job
-            launch.capture = credentials.around_body(None, secrets)
+        launch.secrets = secrets_for(self._secrets, kind, params)
+        if launch.secrets.get(credentials.FAL):  # without one there is nothing to bind per job
+            launch.capture = credentials.around_body(None, launch.secrets)
 
     def _under_secrets(self, kind: str, params: Mapping[str, Any]) -> AbstractContextManager[Any]:
         """A parked job's handlers run under the secrets its body would (fal's key bound)."""
-        try:
-            secrets = dict(self._secrets(kind, params))
-        except Exception as exc:
-            log.error("secrets provider failed for kind %s: %s", kind, type(exc).__name__)
-            secrets = {}
+        secrets = secrets_for(self._secrets, kind, params)
         if secrets.get(credentials.FAL):
             return credentials.around_body(None, secrets)
         return nullcontext()
@@ -536,6 +513,13 @@ class Worker:
         )
         return int(outcome.write(rt.store, row.record["job_id"], row.record["attempt"], decided))
 
+    def close_unused(self) -> None:
+        """A worker that will not run (nothing to claim): unregister and let go."""
+        for rt in self.runtimes:
+            rt.close(wait=False)
+        self._reaping.close()
+        self._listener.close()
+
     def stop(self, *_: Any) -> None:
         self.stopping.set()
         self._poke()
@@ -546,86 +530,17 @@ def _said(decided: outcome.Outcome | None) -> str:
     return "not recorded" if decided is None else decided.ended or "ended"
 
 
-NO_KINDS = (
-    "nw-jobs worker: no kinds to run. Register some: --import MODULE (a module that"
-    " calls nw.jobs.register_kind; the current folder is searched), or an"
-    " `nw.jobs.kinds` entry point in an installed package"
-)
-
-
 def _project_of(rt: Runtime, worker: Worker) -> Project:
     return worker.projects[worker.runtimes.index(rt)]
 
 
-def _load_secrets_provider(path: str) -> SecretsProvider:
-    spec = kinds.KindSpec("secrets", path)
-    return spec.load()
+#: Run a worker as ``worker_cli``'s namespace says (``nw-jobs worker``).
+serve = worker_cli.serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nw.jobs.execution.worker``: the same arguments as ``nw-jobs worker``."""
     return serve(worker_cli.build_parser().parse_args(argv))
-
-
-def serve(args: argparse.Namespace) -> int:
-    """Run a worker as ``args`` say (``worker_cli``'s namespace), until a signal."""
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
-    here = os.getcwd()  # --import finds a module in the current folder, as uvicorn does
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
-    for module in args.imports or ():
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            print(f"nw-jobs worker: cannot import {module!r}: {exc}", file=sys.stderr)
-            return 2
-    overrides = worker_cli.config_overrides(args)
-    # A stop asked for while the worker is being set up (it has announced itself
-    # from then on) is kept and honoured once it exists: an exit, not a kill.
-    asked_to_stop: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, _frame: asked_to_stop.append(signum))
-    signal.signal(signal.SIGINT, lambda signum, _frame: asked_to_stop.append(signum))
-    try:
-        config = JobsConfig(**overrides)
-        projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
-        for root in projects:  # a typo must not make a project nobody enqueues to
-            if not as_project(root).read_meta():
-                raise ProjectError(
-                    f"{as_project(root).root} is not an nw-jobs project (no .nw/project.json):"
-                    f" check --project, or make one with nw-jobs init {root}"
-                )
-        secrets = _load_secrets_provider(args.secrets) if args.secrets else env_secrets
-        worker = Worker(projects, config=config, secrets=secrets)
-    except JobStoreError as exc:  # e.g. an unknown database role: one line, exit 1
-        print(f"nw-jobs worker: {exc}", file=sys.stderr)
-        return 1
-    except NwJobsError as exc:  # a setting, a project or a --secrets target: one line
-        print(f"nw-jobs worker: {exc}", file=sys.stderr)
-        return 2
-    if not worker.kinds():  # it would wait forever for jobs it can never claim
-        print(NO_KINDS, file=sys.stderr)
-        for rt in worker.runtimes:  # nothing ran: unregister and go
-            rt.close(wait=False)
-        worker._reaping.close()
-        worker._listener.close()
-        return 2
-    signal.signal(signal.SIGTERM, worker.stop)
-    signal.signal(signal.SIGINT, worker.stop)
-    if asked_to_stop:
-        worker.stop()
-    code = worker.run()
-    stuck = [
-        t
-        for t in threading.enumerate()
-        if t is not threading.main_thread() and t.is_alive() and not t.daemon
-    ]
-    if stuck:  # bodies that ignored the grace period: their jobs are back in the queue
-        tracing.flush()  # no exit handler runs after os._exit: export the spans now
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
 
 
 if __name__ == "__main__":

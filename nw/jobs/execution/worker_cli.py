@@ -1,6 +1,6 @@
 """The worker's command line, defined once: ``nw-jobs worker`` (a subcommand of
 ``nw.cli.parser``) and ``python -m nw.jobs.execution.worker`` add the same arguments
-(``add_arguments``) and hand the same namespace to ``worker.serve``.
+(``add_arguments``) and hand the same namespace to ``serve``, which runs the worker.
 
 Kept apart from ``nw.jobs.execution.worker`` so building the ``nw-jobs`` parser does not
 import the worker itself.
@@ -9,9 +9,19 @@ import the worker itself.
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
 from typing import Any
 
-from nw.jobs.core.model import WORKER_LOG_LEVELS
+from nw.errors import JobStoreError, NwJobsError, ProjectError
+from nw.jobs.core import kinds
+from nw.jobs.core.model import WORKER_LOG_LEVELS, JobsConfig
+from nw.jobs.execution.credentials import SecretsProvider, env_secrets
+from nw.project import as_project
 
 PROG = "nw-jobs worker"
 DESCRIPTION = "run queued jobs of registered kinds"
@@ -122,3 +132,77 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
         for name, field in CONFIG_FLAGS.items()
         if getattr(args, name) not in (None, "")
     }
+
+
+NO_KINDS = (
+    "nw-jobs worker: no kinds to run. Register some: --import MODULE (a module that"
+    " calls nw.jobs.register_kind; the current folder is searched), or an"
+    " `nw.jobs.kinds` entry point in an installed package"
+)
+
+
+def _load_secrets_provider(path: str) -> SecretsProvider:
+    spec = kinds.KindSpec("secrets", path)
+    return spec.load()
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run a worker as ``args`` say (this module's namespace), until a signal.
+    The worker is imported here, when one runs, not when the parser is built."""
+    from nw.jobs.api import tracing
+    from nw.jobs.execution.worker import Worker
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    here = os.getcwd()  # --import finds a module in the current folder, as uvicorn does
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    for module in args.imports or ():
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            print(f"nw-jobs worker: cannot import {module!r}: {exc}", file=sys.stderr)
+            return 2
+    overrides = config_overrides(args)
+    # A stop asked for while the worker is being set up (it has announced itself
+    # from then on) is kept and honoured once it exists: an exit, not a kill.
+    asked_to_stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: asked_to_stop.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: asked_to_stop.append(signum))
+    try:
+        config = JobsConfig(**overrides)
+        projects = args.project or [os.environ.get("NW_JOBS_PROJECT") or os.getcwd()]
+        for root in projects:  # a typo must not make a project nobody enqueues to
+            if not as_project(root).read_meta():
+                raise ProjectError(
+                    f"{as_project(root).root} is not an nw-jobs project (no .nw/project.json):"
+                    f" check --project, or make one with nw-jobs init {root}"
+                )
+        secrets = _load_secrets_provider(args.secrets) if args.secrets else env_secrets
+        worker = Worker(projects, config=config, secrets=secrets)
+    except JobStoreError as exc:  # e.g. an unknown database role: one line, exit 1
+        print(f"nw-jobs worker: {exc}", file=sys.stderr)
+        return 1
+    except NwJobsError as exc:  # a setting, a project or a --secrets target: one line
+        print(f"nw-jobs worker: {exc}", file=sys.stderr)
+        return 2
+    if not worker.kinds():  # it would wait forever for jobs it can never claim
+        print(NO_KINDS, file=sys.stderr)
+        worker.close_unused()  # nothing ran: unregister and go
+        return 2
+    signal.signal(signal.SIGTERM, worker.stop)
+    signal.signal(signal.SIGINT, worker.stop)
+    if asked_to_stop:
+        worker.stop()
+    code = worker.run()
+    stuck = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and not t.daemon
+    ]
+    if stuck:  # bodies that ignored the grace period: their jobs are back in the queue
+        tracing.flush()  # no exit handler runs after os._exit: export the spans now
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
