@@ -107,7 +107,7 @@ def test_an_embedded_store_of_an_older_schema_is_upgraded_and_read(tmp_path):
     reader.close()
     # And a writable one upgrades it to this version
     store = SqliteJobStore(path)
-    assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert store.prune(cutoff=1e12) == 0 and store.spend()["actual_usd"] == 0.0
     store.close()
 

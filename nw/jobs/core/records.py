@@ -286,7 +286,22 @@ def to_job(
         starts_at=starts_at,
         waiting=(wait.reason if wait is not None and status.value == "queued" else None),
         text_replaced=_names(rec.get(REPLACED_FIELD)),
+        pipeline_id=_text(rec.get("pipeline_id")),
+        step=_text(rec.get("step")),
+        after=_upstreams(rec.get("after")),
     )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _upstreams(value: Any) -> list[str] | None:
+    """The job ids of a stored ``after`` (a list of ``{job_id, step, ...}``)."""
+    if not isinstance(value, list) or not value:
+        return None
+    ids = [u.get("job_id") for u in value if isinstance(u, dict)]
+    return [i for i in ids if isinstance(i, str)] or None
 
 
 def _names(value: Any) -> list[str] | None:

@@ -61,6 +61,25 @@ def _declared(fn: Callable) -> frozenset[str] | None:
     return frozenset(params)
 
 
+def _wants_inputs(fn: Callable) -> bool:
+    declared = _declared(fn)
+    return declared is None or "inputs" in declared
+
+
+def upstream_inputs(store: JobStore, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A pipeline step's ``inputs``: the results of the jobs it came after, by
+    step name (by job id for ``enqueue(after=...)``); None for an upstream that
+    did not succeed (``allow_failure``) or is gone."""
+    out: dict[str, Any] = {}
+    for up in rec.get("after") or ():
+        if not isinstance(up, Mapping) or not isinstance(up.get("job_id"), str):
+            continue
+        row = store.get(up["job_id"])
+        ok = row is not None and row.status.value == "succeeded"
+        out[str(up.get("step") or up["job_id"])] = row.result if ok and row is not None else None
+    return out
+
+
 def redact(text: str, secrets: Mapping[str, str] | None) -> str:
     for value in (secrets or {}).values():
         if isinstance(value, str) and len(value) >= 4:
@@ -255,6 +274,8 @@ def run_attempt(
         kwargs = accepted_kwargs(launch.fn, offered)
         value: Any = None
         try:
+            if rec.get("after") and _wants_inputs(launch.fn):
+                kwargs["inputs"] = upstream_inputs(store, rec)
             if error is None:
                 with launch.capture if launch.capture is not None else nullcontext():
                     value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)

@@ -179,6 +179,7 @@ class JobStore(ABC):
         *,
         claimable: Sequence[bool],
         admit: Callable[[list[int]], None] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> list[tuple[JobRow, bool]]:
         """``create`` for a batch of distinct job ids, in one transaction: per
         record, what ``create`` returns for it. ``admit(positions)`` (the
@@ -186,7 +187,10 @@ class JobStore(ABC):
         will be written (new, or replacing a finished run; live ones are left
         out) and runs inside the transaction like ``create``'s ``admit``; an
         exception from it aborts the whole batch with nothing written. Workers
-        are woken once, after the commit, when any claimable job was created."""
+        are woken once, after the commit, when any claimable job was created.
+        ``also(connection)`` runs last in the same transaction, with the
+        backend's connection: the links of a pipeline's jobs
+        (``nw.jobs.stores.pipelines``); it may raise, as ``admit`` may."""
 
     @abstractmethod
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | NotYet | None:

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -35,6 +35,7 @@ from nw.jobs.core.model import ACTIVE_STATUSES
 from nw.jobs.core.records import JobRow, unreadable_record
 from nw.jobs.core.storable import storable, storable_fields
 from nw.jobs.execution.wake import WakeListener, wake_runners
+from nw.jobs.stores import pipelines_sqlite
 from nw.jobs.stores.base import (
     COLUMNS,
     JobStore,
@@ -54,13 +55,15 @@ from nw.jobs.stores.base import (
 from nw.jobs.stores.sql import load_queries
 
 DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: The version that added the prune rollup (an older file read read-only has none).
 ROLLUP_VERSION = 3
 #: The version that added limits, priorities and turns (the same for a read-only handle).
 LIMITS_VERSION = 4
 #: The version that added the spend policy (budgets, approval).
 POLICY_VERSION = 5
+#: The version that added pipelines (pipelines, pipeline_steps, job_edges).
+PIPELINES_VERSION = 6
 Q = load_queries("sqlite_queries.sql")
 UPGRADES = load_queries("sqlite_upgrades.sql")
 #: The columns the ``patch`` statement sets by flag; the indexed ones have a
@@ -207,6 +210,12 @@ class SqliteJobStore(JobStore):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+    def cursor(self, write: bool = False) -> AbstractContextManager[sqlite3.Connection]:
+        """The connection under the store's lock (``write``: in a write
+        transaction): for the statements of the modules beside this one
+        (``pipelines_sqlite``)."""
+        return self._cursor(write)
 
     def close(self) -> None:
         with self._lock:
@@ -358,6 +367,7 @@ class SqliteJobStore(JobStore):
         *,
         claimable: Sequence[bool],
         admit: Callable[[list[int]], None] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> list[tuple[JobRow, bool]]:
         check_distinct(records)
         out: list[tuple[JobRow, bool] | None] = [None] * len(records)
@@ -374,6 +384,8 @@ class SqliteJobStore(JobStore):
             for k, record, existing in todo:
                 record = self._put_new(c, record, existing, claimable[k])
                 out[k] = (JobRow(dict(record), "pending"), True)
+            if also is not None:
+                also(c)  # the batch's links (pipelines), in the same transaction
         if any(claimable[k] for k, _, _ in todo):
             self.wake_workers()  # once for the batch, after the commit
         return [pair for pair in out if pair is not None]
@@ -598,7 +610,10 @@ class SqliteJobStore(JobStore):
                 return False
             c.execute(Q["finish_status"], args)
             self._patch(c, job_id, fields, doc)
-            return True
+            released = pipelines_sqlite.settle(c, job_id, time.time())  # its dependents
+        if released:
+            self.wake_workers()
+        return True
 
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
@@ -632,7 +647,11 @@ class SqliteJobStore(JobStore):
             doc = self._fence(c, job_id, None)
             assert doc is not None  # the row read above, in this transaction
             self._patch(c, job_id, fields, doc)
-            return self._get(c, job_id)
+            released = pipelines_sqlite.settle(c, job_id, now) if state == "queued" else 0
+            row = self._get(c, job_id)
+        if released:
+            self.wake_workers()
+        return row
 
     def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
         ids = list(job_ids)

@@ -790,6 +790,14 @@ WITH jb AS (
   DELETE FROM nw_jobs.runners WHERE project_id = %(project_id)s
 ), ub AS (
   DELETE FROM nw_jobs.spend_rollup WHERE project_id = %(project_id)s
+), plb AS (
+  DELETE FROM nw_jobs.pipelines WHERE project_id = %(project_id)s
+), psb AS (
+  DELETE FROM nw_jobs.pipeline_steps WHERE project_id = %(project_id)s
+), eb AS (
+  DELETE FROM nw_jobs.job_edges WHERE project_id = %(project_id)s
+), wb AS (
+  DELETE FROM nw_jobs.job_waits WHERE project_id = %(project_id)s
 )
 SELECT count(*) AS jobs FROM jb;
 
