@@ -38,6 +38,7 @@ from nw.jobs.web import (
     routes_console,
     routes_jobs,
     routes_metrics,
+    routes_pipelines,
     routes_summary,
     routes_tray,
     streams,
@@ -68,6 +69,7 @@ ROUTES = [
     *routes_summary.routes,
     *routes_metrics.routes,
     *routes_budgets.routes,
+    *routes_pipelines.routes,
 ]
 
 
