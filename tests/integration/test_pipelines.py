@@ -279,3 +279,22 @@ def test_enqueue_after_waits_on_jobs_and_gets_their_results_by_id(project, cfg, 
     )
     with pytest.raises(InvalidInput, match="after names no job"):
         jobs.enqueue(project, "p.step", {"name": "x"}, after=["0" * 64], config=cfg)
+
+
+def test_the_async_twins(project, cfg, tmp_path):
+    import asyncio
+
+    from nw.jobs import aio
+
+    steps = {"a": step("a", tmp_path / "log"), "b": step("b", tmp_path / "log", after=["a"])}
+
+    async def main():
+        quoted = await aio.estimate_pipeline(project, steps, config=cfg)
+        made = await aio.enqueue_pipeline(project, steps, config=cfg)
+        got = await aio.get_pipeline(project, made.pipeline_id, config=cfg)
+        gone = await aio.cancel_pipeline(project, made.pipeline_id, config=cfg)
+        return quoted, made, got, gone
+
+    quoted, made, got, gone = asyncio.run(main())
+    assert quoted["pipeline_id"] == made.pipeline_id == got.pipeline_id
+    assert got.status == "queued" and gone.status == "cancelled"
