@@ -36,6 +36,21 @@ def shown(browser):
     return got if got["steps"] else None
 
 
+def follow_link(browser, pipeline_id) -> bool:
+    """Click the job view's pipeline link (the view may be redrawn meanwhile: try again)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        links = browser.find_elements("css selector", "#detail a.pipeline-link")
+        if not links:
+            return False
+        assert links[0].text == f"step panels of {pipeline_id}"
+        links[0].click()
+        return True
+    except StaleElementReferenceException:
+        return False
+
+
 def test_a_pipeline_is_shown_from_its_job_and_followed_to_its_end(browser, project, tmp_path):
     from nw.jobs.web import create_app
     from tests.web.server import serving
@@ -64,12 +79,7 @@ def test_a_pipeline_is_shown_from_its_job_and_followed_to_its_end(browser, proje
         with serving(create_app([project], poll_interval_s=0.2)) as url:
             # Given the view of one of its jobs, a person follows its pipeline link
             browser.get(f"{url}/#job={p.step('panels').job.job_id}")
-            link = wait_until(
-                lambda: browser.find_elements("css selector", "#detail a.pipeline-link"),
-                what="the pipeline link",
-            )[0]
-            assert link.text == f"step panels of {p.pipeline_id}"
-            link.click()
+            wait_until(lambda: follow_link(browser, p.pipeline_id), what="the pipeline link")
             view = f'#pipeline[data-pipeline-id="{p.pipeline_id}"]'
             wait_until(lambda: browser.find_elements("css selector", view), what="its view")
             # Then every step shows in order, the waiting ones saying on what
