@@ -187,7 +187,7 @@ def plain_line(job: Mapping[str, Any]) -> str:
     """One line for logs and pipes (no colour, no bar)."""
     bits = [
         f"{short_id(job['job_id'])}",
-        f"{job.get('label') or job.get('kind')}{pipeline_text(job)}",
+        f"{job.get('label') or job.get('kind')}",
         state_text(job),
         pct_text(job),
         eta_text(job),
@@ -199,6 +199,8 @@ def plain_line(job: Mapping[str, Any]) -> str:
     outcome = outcome_text(job)
     if outcome and job.get("status") not in LIVE:
         bits.append(outcome)
+    if job.get("pipeline_id"):
+        bits.append(pipeline_text(job).strip(" ()"))
     return escaped(" | ".join(bits))
 
 
