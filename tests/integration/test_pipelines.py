@@ -298,3 +298,26 @@ def test_the_async_twins(project, cfg, tmp_path):
     quoted, made, got, gone = asyncio.run(main())
     assert quoted["pipeline_id"] == made.pipeline_id == got.pipeline_id
     assert got.status == "queued" and gone.status == "cancelled"
+
+
+def test_a_thousand_steps_are_one_transaction_and_a_refusal_writes_none(project, cfg, monkeypatch):
+    from nw.jobs.stores import shared_store
+
+    jobs.enqueue(project, "p.step", {"name": "before"}, config=cfg)
+    store = shared_store(project, cfg, create=True)
+    calls = []
+    real = store.create_many
+    monkeypatch.setattr(store, "create_many", lambda *a, **k: calls.append(1) or real(*a, **k))
+    steps = {"root": {"kind": "p.step", "params": {"name": "root"}}}
+    steps |= {
+        f"s{i}": {"kind": "p.step", "params": {"i": i}, "after": ["root"]} for i in range(998)
+    }
+    steps["join"] = {"kind": "p.join", "after": [f"s{i}" for i in range(998)]}
+    p = jobs.enqueue_pipeline(project, steps, config=cfg)
+    assert calls == [1] and len(p.steps) == 1000 and stored_jobs(project, cfg) == 1001
+    assert p.step("join").job.after is not None and len(p.step("join").job.after) == 998
+    # the same, one more step with an unknown kind at the very end: nothing at all
+    bad = {**steps, "zz": {"kind": "no.such", "after": ["join"]}}
+    with pytest.raises(UnknownKind):
+        jobs.enqueue_pipeline(project, bad, config=cfg)
+    assert stored_jobs(project, cfg) == 1001 and calls == [1]
