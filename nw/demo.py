@@ -327,7 +327,7 @@ def pipeline_text(p: Pipeline | None) -> str:
     elif p.eta_s is None:
         eta = "ETA estimating…"
     else:
-        eta = f"ETA ~{p.eta_s:.0f}s"
+        eta = f"ETA ~{p.eta_s:.0f}s ({p.eta_confidence})"
     return f"pipeline {p.label}: quote {quote} for {len(p.steps)} steps · {eta} · {p.pct:.0f}% done"
 
 

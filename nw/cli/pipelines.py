@@ -123,6 +123,8 @@ def estimate_lines(quoted: dict[str, Any]) -> list[str]:
     from nw.cli.render import duration
 
     head = f"pipeline {quoted['pipeline_id']}: {_money(quoted)}, ETA {duration(quoted['eta_s'])}"
+    if quoted.get("eta_confidence"):
+        head += f" ({quoted['eta_confidence']})"
     if quoted.get("requires_approval"):
         head += " (needs approval)"
     return [head] + [
@@ -135,6 +137,8 @@ def pipeline_lines(p: Any) -> list[str]:
     from nw.cli.render import duration, state_text
 
     eta = "" if p.is_terminal else f", ETA {duration(p.eta_s)}"
+    if p.eta_confidence and not p.is_terminal:
+        eta += f" ({p.eta_confidence})"
     lines = [
         f"pipeline {p.pipeline_id}{' ' + p.label if p.label else ''}: {p.status}, "
         f"{p.pct:.0f}% of {len(p.steps)} steps, quote {_money(p.quote)}, "

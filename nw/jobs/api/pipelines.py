@@ -145,13 +145,17 @@ def estimate_pipeline(
         policy.mode == "required" and policy.requires_approval(total.estimated_usd, config)
     )
     predicted: dict[str, float | None] = {}
+    priors: list[str] = []
     for name in plan.order:
         item = plan.items[name]
         eplan = eta.eta_plan(item.params, item.units, config)
         samples = (
             store.samples(eta.sample_keys(eplan), window=config.sample_window_k) if store else {}
         )
-        predicted[name] = eta.prediction_fields(eplan, samples, config).get("predicted_total_s")
+        fields = eta.prediction_fields(eplan, samples, config)
+        predicted[name] = fields.get("eta_p50")
+        if fields.get("eta_confidence") in (None, "prior"):
+            priors.append(name)  # no duration learned yet: the kind's prior
     after = {name: [up for up, _ in plan.spec[name].after] for name in plan.order}
     per_step, whole = critical_eta(after, predicted, dict.fromkeys(plan.order, "queued"))
     return {
@@ -159,6 +163,7 @@ def estimate_pipeline(
         **plan.quote,
         "requires_approval": needs,
         "eta_s": whole,
+        "eta_confidence": None if whole is None else ("prior" if priors else "learned"),
         "steps": {
             name: {
                 "kind": plan.items[name].kind,
@@ -397,6 +402,7 @@ def get_pipeline(
     after = {name: [u for u in spec.get(name, {}).get("after", []) if u in rows] for name in names}
     remaining = {name: _remaining(jobs[name]) for name in names}
     per_step, whole = critical_eta(after, remaining, states)
+    priors = [n for n in names if states[n] not in _ENDED and jobs[n].confidence in (None, "prior")]
     steps = [
         PipelineStep(
             name,
@@ -422,7 +428,16 @@ def get_pipeline(
         actual_usd=round(actual, 6),
         eta_s=0.0 if status in _ENDED else whole,
         eta_ts=None if (whole is None or status in _ENDED) else now + whole,
+        eta_confidence=_confidence(whole, status, priors),
     )
+
+
+def _confidence(whole: float | None, status: str, priors: list[str]) -> str | None:
+    """``learned`` when every live step's duration is, ``prior`` when one is
+    only its kind's prior; None when the ETA cannot be said (or it ended)."""
+    if whole is None or status in _ENDED:
+        return None
+    return "prior" if priors else "learned"
 
 
 def _remaining(job: Job) -> float | None:

@@ -309,7 +309,9 @@ class Pipeline:
     steps in order, ``pct`` (the share of steps ended, 0-100), its ``quote``
     (the sum of its steps' quotes when enqueued: ``estimated_usd``, and
     ``lower_bound`` when a step's cost is unknown), ``actual_usd`` spent so far,
-    and ``eta_s`` / ``eta_ts`` along the critical path (None: cannot be said).
+    and ``eta_s`` / ``eta_ts`` along the critical path (None: cannot be said),
+    ``eta_confidence`` ``learned`` or ``prior`` (a live step's duration is only
+    its kind's prior so far).
     ``created``: this call created it (False: it existed, a resubmission)."""
 
     pipeline_id: str
@@ -323,6 +325,7 @@ class Pipeline:
     actual_usd: float
     eta_s: float | None
     eta_ts: float | None
+    eta_confidence: str | None = None
     created: bool = False
 
     def step(self, name: str) -> PipelineStep:
@@ -347,6 +350,7 @@ class Pipeline:
             "actual_usd": self.actual_usd,
             "eta_s": self.eta_s,
             "eta_ts": self.eta_ts,
+            "eta_confidence": self.eta_confidence,
             "created": self.created,
             "steps": [s.to_dict() for s in self.steps],
         }

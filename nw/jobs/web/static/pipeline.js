@@ -74,7 +74,8 @@ function renderPipeline(p) {
   add("steps", `${Math.round(p.pct)}% of ${p.steps.length} ended`, "pct");
   add("quote", pipelineQuote(p.quote), "quote");
   add("spent", usd(p.actual_usd || 0), "spent");
-  add("ETA", live ? (p.eta_s === null ? ESTIMATING : `~${duration(p.eta_s)} left`) : "ended", "eta");
+  const conf = p.eta_confidence ? ` (${p.eta_confidence})` : "";
+  add("ETA", live ? (p.eta_s === null ? ESTIMATING : `~${duration(p.eta_s)} left${conf}`) : "ended", "eta");
   const steps = el("ol", "steps");
   steps.append(...p.steps.map(pipelineStep));
   root.replaceChildren(head, facts, steps);
