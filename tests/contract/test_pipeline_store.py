@@ -12,7 +12,9 @@ import uuid
 
 from au import ComputationStatus
 
+from nw.jobs.core.model import JobsConfig
 from nw.jobs.core.pipelines import Edge
+from nw.jobs.core.records import to_job
 from nw.jobs.stores.pipelines import Links, pipelines_of
 from tests.contract.test_store_contract import record
 
@@ -28,7 +30,16 @@ def linked(store, shape: dict[str, list[tuple[str, bool]]]) -> dict[str, str]:
     create: the roots claimable, the others waiting on their upstreams."""
     ids = {name: jid() for name in shape}
     now = time.time()
-    records = [record(ids[n], kind=KIND, at=now, step=n) for n in shape]
+    records = [
+        record(
+            ids[n],
+            kind=KIND,
+            at=now,
+            step=n,
+            after=[{"job_id": ids[u], "step": u, "allow_failure": a} for u, a in shape[n]],
+        )
+        for n in shape
+    ]
     edges = [Edge(ids[up], ids[n], up, allow) for n, ups in shape.items() for up, allow in ups]
     links = Links(
         pipeline=None,
@@ -69,7 +80,11 @@ def test_a_dependent_waits_for_every_upstream_and_is_released_once(store):
     a, b = store.get(ids["a"]), store.get(ids["b"])
     assert end(store, a)
     assert claim_all(store) == set()  # b has not ended
+    waiting = to_job(store.get(ids["c"]), time.time(), JobsConfig())
+    assert waiting.waiting == "waiting: after a, b"  # what a list or a show says of it
     assert end(store, b) and end(store, b)  # written twice: released once, not twice
+    released = to_job(store.get(ids["c"]), time.time(), JobsConfig())
+    assert released.waiting is None and released.after == [ids["a"], ids["b"]]
     assert claim_all(store) == {ids["c"]}
     assert claim_all(store) == set()
 

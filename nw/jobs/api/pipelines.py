@@ -520,6 +520,9 @@ def retry_pipeline(
         records.append(record)
         quotes.append(quote)
     roots = [all(by_name[u].job.status.value == "succeeded" for u in s.after) for s in redo]
+    for record, root in zip(records, roots, strict=True):
+        if root and record.get(AFTER_FIELD):
+            record["released_at"] = now  # its upstreams succeeded before: free at once
     waiting = [s.job.job_id for s, root in zip(redo, roots, strict=True) if not root]
     edges = [
         Edge(by_name[u].job.job_id, s.job.job_id, u, u in s.allow_failure)

@@ -284,12 +284,27 @@ def to_job(
         limit_key=rec.get("limit_key"),
         not_before=_dt(rec.get("not_before")),
         starts_at=starts_at,
-        waiting=(wait.reason if wait is not None and status.value == "queued" else None),
+        waiting=_upstream_wait(rec, status.value)
+        or (wait.reason if wait is not None and status.value == "queued" else None),
         text_replaced=_names(rec.get(REPLACED_FIELD)),
         pipeline_id=_text(rec.get("pipeline_id")),
         step=_text(rec.get("step")),
         after=_upstreams(rec.get("after")),
     )
+
+
+def _upstream_wait(rec: Mapping[str, Any], status: str) -> str | None:
+    """``waiting: after storyboard`` for a queued job whose upstreams have not
+    released it yet (``after`` and no ``released_at``; nw/jobs/api/pipelines.py)."""
+    after = rec.get("after")
+    if status != "queued" or not isinstance(after, list) or not after:
+        return None
+    if rec.get("released_at") is not None:
+        return None
+    names = [
+        str(u.get("step") or str(u.get("job_id", ""))[:12]) for u in after if isinstance(u, dict)
+    ]
+    return f"waiting: after {', '.join(names)}"
 
 
 def _text(value: Any) -> str | None:

@@ -5,10 +5,10 @@
 all ended well become claimable, and when the job failed or was cancelled the
 waiting jobs below it (through edges without ``allow_failure``, at any depth)
 are cancelled, saying which upstream step stopped them. A bounded number of
-statements whatever the fan-out: one read of whether it has dependents, then
-one release statement (and, on a failure, one recursive read and two
-updates). The file has one writer at a time, so a dependent's upstreams are
-read rather than counted."""
+statements whatever the fan-out: one read of whether it has dependents, one
+of how it ended, one release statement and one marking the released records
+(and, on a failure, one recursive read and two updates). The file has one
+writer at a time, so a dependent's upstreams are read rather than counted."""
 
 from __future__ import annotations
 
@@ -41,7 +41,10 @@ def settle(c: sqlite3.Connection, job_id: str, now: float) -> int:
     ended = [job_id]
     if not r["ok"]:
         ended += cancel_below(c, job_id, r["step"] or job_id, r["status"], now)
-    return c.execute(Q["release"], {"ids": json.dumps(ended), "now": now}).rowcount
+    released = [r[0] for r in c.execute(Q["release"], {"ids": json.dumps(ended), "now": now})]
+    if released:
+        c.execute(Q["mark_released"], {"ids": json.dumps(released), "now": now})
+    return len(released)
 
 
 def cancel_below(c: sqlite3.Connection, job_id: str, via: str, state: str, now: float) -> list[str]:
@@ -97,7 +100,8 @@ class SqlitePipelines(PipelineStore):
             start = start_of(links.waiting, links.edges, states)
             if start.released:
                 ids = json.dumps(start.released)
-                c.execute(Q["release_ids"], {"ids": ids, "now": links.now})
+                c.execute(Q["release_ids"], {"ids": ids, "now": links.now}).fetchall()
+                c.execute(Q["mark_released"], {"ids": ids, "now": links.now})
                 links.released.extend(start.released)
             for job, (via, state) in start.doomed.items():
                 _cancel(c, [job], stopped_by(via, state), via, links.now)

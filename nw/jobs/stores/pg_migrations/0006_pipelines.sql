@@ -87,7 +87,8 @@ BEGIN
     ), rel AS (
         UPDATE nw_jobs.jobs j
            SET queue_at = greatest(NEW.finished_at,
-                                   coalesce((j.doc->>'not_before')::double precision, 0))
+                                   coalesce((j.doc->>'not_before')::double precision, 0)),
+               doc = j.doc || jsonb_build_object('released_at', NEW.finished_at)
           FROM met
          WHERE met.unmet <= 0 AND j.project_id = NEW.project_id AND j.job_id = met.job_id
            AND j.finished_at IS NULL AND j.started_at IS NULL AND j.queue_at IS NULL

@@ -46,7 +46,8 @@ ON CONFLICT (project_id, job_id) DO UPDATE SET unmet = excluded.unmet;
 -- claimable now (or at their not_before), and the workers woken.
 WITH rel AS (
   UPDATE nw_jobs.jobs j
-     SET queue_at = greatest(%(now)s, coalesce((j.doc->>'not_before')::double precision, 0))
+     SET queue_at = greatest(%(now)s, coalesce((j.doc->>'not_before')::double precision, 0)),
+         doc = j.doc || jsonb_build_object('released_at', %(now)s::double precision)
    WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
      AND j.au_status = 'pending' AND j.queue_at IS NULL AND j.finished_at IS NULL
   RETURNING j.job_id

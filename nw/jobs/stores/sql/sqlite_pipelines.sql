@@ -61,7 +61,14 @@ UPDATE status
          JOIN status us ON us.job_id = u.upstream_id
         WHERE u.job_id = status.job_id
           AND NOT (uj.finished_at IS NOT NULL
-                   AND ((us.status = 'completed' AND NOT uj.cancel_requested) OR u.allow_failure)));
+                   AND ((us.status = 'completed' AND NOT uj.cancel_requested) OR u.allow_failure)))
+RETURNING job_id;
+
+-- name: mark_released
+-- The record says when its upstreams released it (``released_at``): a
+-- queued job with `after` and no `released_at` reads "waiting: after ...".
+UPDATE jobs SET doc = json_set(doc, '$.released_at', :now)
+ WHERE job_id IN (SELECT value FROM json_each(:ids));
 
 -- name: doomed
 -- The waiting jobs below :job_id through edges without allow_failure (any
@@ -101,4 +108,5 @@ SELECT pipeline_id, step FROM pipeline_steps WHERE job_id = :job_id LIMIT 1;
 UPDATE status
    SET queue_at = max(:now, coalesce((SELECT json_extract(j.doc, '$.not_before') FROM jobs j
                                        WHERE j.job_id = status.job_id), 0))
- WHERE job_id IN (SELECT value FROM json_each(:ids)) AND status = 'pending' AND queue_at IS NULL;
+ WHERE job_id IN (SELECT value FROM json_each(:ids)) AND status = 'pending' AND queue_at IS NULL
+RETURNING job_id;
