@@ -321,3 +321,23 @@ def test_a_thousand_steps_are_one_transaction_and_a_refusal_writes_none(project,
     with pytest.raises(UnknownKind):
         jobs.enqueue_pipeline(project, bad, config=cfg)
     assert stored_jobs(project, cfg) == 1001 and calls == [1]
+
+
+def test_approval_is_asked_for_the_whole_pipeline_not_each_step(project, cfg, tmp_path):
+    from nw.jobs import ApprovalRequired
+
+    jobs.set_approval(project, threshold_usd=1.0, mode="required", config=cfg)
+    try:
+        # three steps of $0.40: each under the threshold, the pipeline over it
+        steps = {
+            f"s{i}": {"kind": "p.step", "params": {"name": f"s{i}", "estimated_usd": 0.4}}
+            for i in range(3)
+        }
+        with pytest.raises(ApprovalRequired):
+            jobs.enqueue_pipeline(project, steps, config=cfg)
+        assert stored_jobs(project, cfg) == 0
+        assert jobs.estimate_pipeline(project, steps, config=cfg)["requires_approval"]
+        made = jobs.enqueue_pipeline(project, steps, approved=True, config=cfg)
+        assert made.created and made.quote["estimated_usd"] == pytest.approx(1.2)
+    finally:  # on PostgreSQL the approval policy is the database's
+        jobs.set_approval(project, threshold_usd=None, mode="advisory", config=cfg)

@@ -62,6 +62,8 @@ def test_post_get_cancel_a_pipeline(project, client):
         ({"steps": []}, "'steps'"),
         ({"steps": STEPS, "extra": 1}, "unknown field"),
         ({"steps": {"a": {"kind": "p.step", "label": "<b>\u202e</b>"}}}, "step 'a'"),
+        ({"steps": {"a\u0000b": {"kind": "p.step"}}}, "step name"),
+        ({"steps": {"a": {"kind": "p.step", "after": ["\u001b[2J"]}}}, "unknown step"),
     ],
 )
 def test_a_bad_pipeline_is_a_400_naming_it_and_writes_nothing(project, client, body, words):
