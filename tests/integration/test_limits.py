@@ -327,7 +327,7 @@ def test_an_older_embedded_file_is_upgraded_in_place(tmp_path, version):
     import sqlite3
     from pathlib import Path
 
-    from nw.jobs.stores.sqlite import SqliteJobStore
+    from nw.jobs.stores.sqlite import SCHEMA_VERSION, SqliteJobStore
 
     # Given a file written by the schema-1 (or the console's schema-3) code,
     # holding one claimable job
@@ -352,9 +352,9 @@ def test_an_older_embedded_file_is_upgraded_in_place(tmp_path, version):
     # When this code opens it
     store = SqliteJobStore(path)
     try:
-        # Then it is at the current version (5), the old job is read and
+        # Then it is at the current version (SCHEMA_VERSION), the old job is read and
         # claimed as before, and limits work in it
-        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert store.get("a" * 64).record["label"] == "old"
         store.set_limit("k", max_running=1, per_second=None, now=200.0)
         assert [lim.key for lim in store.limits(now=200.0)] == ["k"]
