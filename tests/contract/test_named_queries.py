@@ -10,6 +10,10 @@ from nw.jobs.stores.sql import MAX_STATEMENT_CHARS, load_queries, parse_queries
 
 _PSYCOPG_PARAM = re.compile(r"%\((\w+)\)s")
 QUERIES_OF = {"SqliteJobStore": "sqlite_queries.sql", "PostgresJobStore": "postgres_queries.sql"}
+PIPELINE_QUERIES_OF = {
+    "SqliteJobStore": "sqlite_pipelines.sql",
+    "PostgresJobStore": "postgres_pipelines.sql",
+}
 
 
 def test_a_queries_file_is_read_by_name_without_its_comments():
@@ -25,9 +29,10 @@ def test_a_queries_file_is_read_by_name_without_its_comments():
         parse_queries("-- name: a\n-- only a comment\n")
 
 
-def test_every_statement_of_the_store_compiles_against_its_schema(store):
+@pytest.mark.parametrize("files", [QUERIES_OF, PIPELINE_QUERIES_OF], ids=["jobs", "pipelines"])
+def test_every_statement_of_the_store_compiles_against_its_schema(store, files):
     # Given the store's own queries file, as the store loads it
-    queries = load_queries(QUERIES_OF[type(store).__name__])
+    queries = load_queries(files[type(store).__name__])
     assert queries
     if type(store).__name__ == "SqliteJobStore":
         # Then sqlite3 compiles each one as written (:name parameters unbound)
@@ -60,7 +65,8 @@ def test_every_postgres_statement_fits_psycopgs_parse_cache():
     assert MAX_STATEMENT_CHARS == _queries.MAX_CACHED_STATEMENT_LENGTH
     long = {
         name: len(sql)
-        for name, sql in load_queries("postgres_queries.sql").items()
+        for file in ("postgres_queries.sql", "postgres_pipelines.sql")
+        for name, sql in load_queries(file).items()
         if len(sql) > MAX_STATEMENT_CHARS
     }
     assert not long, f"over {MAX_STATEMENT_CHARS} characters: {long}"

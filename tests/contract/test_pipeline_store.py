@@ -77,6 +77,8 @@ def end(store, row, status=ComputationStatus.COMPLETED) -> bool:
 def test_a_dependent_waits_for_every_upstream_and_is_released_once(store):
     ids = linked(store, {"a": [], "b": [], "c": [("a", False), ("b", False)]})
     assert claim_all(store) == {ids["a"], ids["b"]}  # c is not claimable yet
+    got = store.get_many([ids["a"], ids["c"], jid(), ids["a"]])  # one read of several
+    assert set(got) == {ids["a"], ids["c"]} and got[ids["c"]].record["step"] == "c"
     a, b = store.get(ids["a"]), store.get(ids["b"])
     assert end(store, a)
     assert claim_all(store) == set()  # b has not ended

@@ -390,11 +390,9 @@ def get_pipeline(
         return None
     doc = found["doc"]
     now = config.clock()
-    rows: dict[str, JobRow] = {}
-    for name, job_id in pipelines_of(store).steps(pipeline_id):
-        row = store.get(job_id)
-        if row is not None:
-            rows[name] = row
+    steps_of = pipelines_of(store).steps(pipeline_id)
+    found_rows = store.get_many([job_id for _, job_id in steps_of])  # one query
+    rows: dict[str, JobRow] = {n: found_rows[j] for n, j in steps_of if j in found_rows}
     names = [n for n in doc.get("order", sorted(rows)) if n in rows]
     jobs = {name: to_job(rows[name], now, config) for name in names}
     states = {name: jobs[name].status.value for name in names}

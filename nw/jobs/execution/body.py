@@ -70,11 +70,15 @@ def upstream_inputs(store: JobStore, rec: Mapping[str, Any]) -> dict[str, Any]:
     """A pipeline step's ``inputs``: the results of the jobs it came after, by
     step name (by job id for ``enqueue(after=...)``); None for an upstream that
     did not succeed (``allow_failure``) or is gone."""
+    ups = [
+        up
+        for up in rec.get("after") or ()
+        if isinstance(up, Mapping) and isinstance(up.get("job_id"), str)
+    ]
+    rows = store.get_many([up["job_id"] for up in ups])  # one query for a fan-in
     out: dict[str, Any] = {}
-    for up in rec.get("after") or ():
-        if not isinstance(up, Mapping) or not isinstance(up.get("job_id"), str):
-            continue
-        row = store.get(up["job_id"])
+    for up in ups:
+        row = rows.get(up["job_id"])
         ok = row is not None and row.status.value == "succeeded"
         out[str(up.get("step") or up["job_id"])] = row.result if ok and row is not None else None
     return out

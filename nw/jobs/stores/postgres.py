@@ -308,6 +308,10 @@ class PostgresJobStore(JobStore):
         return iter([r["job_id"] for r in self._read("iter_ids", {})])
 
     # ----- transitions ---------------------------------------------------------------
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
+        rows = self._read("get_many", {"job_ids": list(job_ids)})
+        return {r["job_id"]: self._row(r) for r in rows}
+
     def create(
         self,
         record: dict[str, Any],

@@ -255,6 +255,11 @@ class SqliteJobStore(JobStore):
         with self._cursor() as c:
             return self._get(c, job_id)
 
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
+        with self._cursor() as c:
+            rows = c.execute(Q["get_many"], {"job_ids": json.dumps(list(job_ids))}).fetchall()
+        return {r["job_id"]: self._row(r) for r in rows}
+
     def page(
         self,
         *,

@@ -14,6 +14,14 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s;
 
+-- name: get_many
+-- Several jobs (a pipeline's steps, a fan-in's upstreams).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
+  FROM nw_jobs.jobs j
+ WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[]);
+
 -- name: lock
 -- `create` found the job: lock its row to decide. After waiting for the lock,
 -- PostgreSQL re-reads the locked row, so liveness is decided from what the

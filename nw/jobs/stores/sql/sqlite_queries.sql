@@ -13,6 +13,13 @@ SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE j.job_id = :job_id;
 
+-- name: get_many
+-- Several jobs with their status entries (a pipeline's steps, a fan-in's upstreams).
+SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE j.job_id IN (SELECT value FROM json_each(:job_ids));
+
 -- name: page
 -- Newest first (index jobs_by_created, walked from the cursor), with every
 -- optional filter: a null parameter filters nothing. :state is the job
