@@ -64,7 +64,7 @@ def _pipeline_id(project: Any, target: str) -> str:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from nw.jobs.api import pipelines
+    from nw.jobs.api import pipeline_retry, pipelines
 
     project = project_from(args)
     for module in args.imports or ():
@@ -89,7 +89,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         call = {
             "show": pipelines.get_pipeline,
             "cancel": pipelines.cancel_pipeline,
-            "retry": pipelines.retry_pipeline,
+            "retry": pipeline_retry.retry_pipeline,
         }[args.action]
         found = call(project, pid)
         if found is None:

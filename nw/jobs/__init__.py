@@ -80,12 +80,12 @@ if _typing.TYPE_CHECKING:  # what a type checker sees of the names imported on f
         wait,
         watch,
     )
+    from nw.jobs.api.pipeline_retry import retry_pipeline
     from nw.jobs.api.pipelines import (
         cancel_pipeline,
         enqueue_pipeline,
         estimate_pipeline,
         get_pipeline,
-        retry_pipeline,
     )
 
 
@@ -93,7 +93,11 @@ def __getattr__(name: str) -> object:
     if name in __all__:
         module = "nw.jobs.api.console" if name in _CONSOLE else "nw.jobs.api.facade"
         if name in _PIPELINES:
-            module = "nw.jobs.api.pipelines"
+            module = (
+                "nw.jobs.api.pipeline_retry"
+                if name == "retry_pipeline"
+                else "nw.jobs.api.pipelines"
+            )
         value = getattr(_import_module(module), name)
         globals()[name] = value
         return value

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from nw.jobs.api import facade, pipelines, waiting
+from nw.jobs.api import facade, pipeline_retry, pipelines, waiting
 from nw.jobs.api.handles import ProjectLike
 from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
 
@@ -72,7 +72,7 @@ enqueue_pipeline = _twin(pipelines.enqueue_pipeline)
 estimate_pipeline = _twin(pipelines.estimate_pipeline)
 get_pipeline = _twin(pipelines.get_pipeline)
 cancel_pipeline = _twin(pipelines.cancel_pipeline)
-retry_pipeline = _twin(pipelines.retry_pipeline)
+retry_pipeline = _twin(pipeline_retry.retry_pipeline)
 
 
 async def wait(

@@ -58,7 +58,7 @@ def retry_job(
     if row is None:
         return None
     if row.record.get("pipeline_id") and row.status.value in RETRYABLE:
-        from nw.jobs.api.pipelines import retry_step  # the steps it stopped run again too
+        from nw.jobs.api.pipeline_retry import retry_step  # the steps it stopped run too
 
         return retry_step(proj, row, approved=approved, config=config)
     return _retry(proj, store, row, approved=approved, config=config)

@@ -226,13 +226,11 @@ def enqueue(
         config=config,
     )
     if after is not None:  # waits on other jobs: written with its links
-        from nw.jobs.api import pipelines
+        from nw.jobs.api.enqueue_after import check_after, enqueue_after
 
         if item.fn is not None:
             raise InvalidValue("after= needs a kind registered for workers, not a dispatch body")
-        return pipelines.enqueue_after(
-            proj, item, pipelines.check_after(after), approved=approved, config=config
-        )
+        return enqueue_after(proj, item, check_after(after), approved=approved, config=config)
     fn, quote, job_id, who = item.fn, item.quote, item.job_id, item.actor
     # Refused before any store is created or opened for writing; checked again
     # inside the create transaction (``admit``), where concurrent enqueues serialise.

@@ -1,7 +1,8 @@
 """Pipelines: steps that wait on each other, quoted, timed, cancelled and
 resumed as a whole (``enqueue_pipeline``, ``estimate_pipeline``,
-``get_pipeline``, ``cancel_pipeline``, ``retry_pipeline``), and
-``enqueue(..., after=[job ids])`` for one job that waits on others.
+``get_pipeline``, ``cancel_pipeline``; ``retry_pipeline`` is
+``pipeline_retry``'s, and ``enqueue(..., after=[job ids])``, one job that waits
+on others, ``enqueue_after``'s).
 
 Everything is decided before anything is written: the steps (names, kinds,
 ``after``, no cycle), each step's quote and the pipeline's sum, the budgets
@@ -14,12 +15,10 @@ store releases and cancels them in the transaction that ends an upstream
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from nw.errors import InvalidType, InvalidValue
 from nw.jobs.api import budgets, costing
-from nw.jobs.api.console import new_run
 from nw.jobs.api.enqueueing import prepare_item, record_of
 from nw.jobs.api.handles import ProjectLike
 from nw.jobs.core import eta
@@ -263,7 +262,7 @@ def enqueue_pipeline(
         waiting=[plan.job_ids[n] for n, root in zip(plan.order, roots, strict=True) if not root],
         now=now,
     )
-    store.create_many(records, claimable=roots, admit=admit_all, also=_linker(store, links))
+    store.create_many(records, claimable=roots, admit=admit_all, also=linker(store, links))
     if links.released:
         store.wake_workers()
     got = get_pipeline(proj, plan.pipeline_id, config=config)
@@ -271,7 +270,7 @@ def enqueue_pipeline(
     return Pipeline(**{**got.__dict__, "created": True})
 
 
-def _linker(store: JobStore, links: Links) -> Callable[[Any], None]:
+def linker(store: JobStore, links: Links) -> Callable[[Any], None]:
     return pipelines_of(store).linker(links)
 
 
@@ -303,77 +302,7 @@ def _edges(plan: _Plan) -> list[Edge]:
     ]
 
 
-# ----- one job after others -------------------------------------------------------------
-def check_after(after: Any) -> list[str]:
-    """``enqueue``'s ``after``: a list of job ids (one line when it is not)."""
-    if isinstance(after, (str, bytes, Mapping)) or not isinstance(after, Sequence):
-        raise InvalidType("after must be a list of job ids")
-    ids = list(dict.fromkeys(after))
-    if not ids:
-        raise InvalidValue("after must name at least one job")
-    for job_id in ids:
-        if not could_name_a_job(job_id):
-            raise InvalidValue(f"after names no job of this project: {job_id!r}")
-    return ids
-
-
-def enqueue_after(
-    proj: Project,
-    item: Any,
-    after: list[str],
-    *,
-    approved: bool,
-    config: JobsConfig,
-) -> Job:
-    """``enqueue(..., after=ids)``: ``item`` (prepared by ``enqueue``) written
-    waiting on the jobs ``after`` names (their results are its ``inputs``, by
-    job id); it starts when they have all succeeded, is cancelled when one
-    fails or is cancelled. A job id no job of the project has refuses it,
-    nothing written."""
-    existing = shared_store(proj, config, create=False)
-    missing = [j for j in after if existing is None or existing.get(j) is None]
-    if missing:
-        raise InvalidValue(f"after names no job of this project: {missing[0]}")
-    now = config.clock()
-    if config.budget_usd is not None or config.actor_budget_usd is not None:
-        costing.gate_batch(
-            [item.quote], existing, approved=approved, config=config, now=now, actors=[item.actor]
-        )
-    store = shared_store(proj, config, create=True)
-    eplan = eta.eta_plan(item.params, item.units, config)
-    samples = store.samples(eta.sample_keys(eplan), window=config.sample_window_k)
-    record = record_of(item, eplan, samples, None, config)
-    record[AFTER_FIELD] = [{"job_id": j, "step": None, "allow_failure": False} for j in after]
-    edges = [Edge(j, item.job_id, None) for j in after]
-    links = Links(pipeline=None, steps=(), edges=edges, waiting=[item.job_id], now=now)
-    base = None
-    if config.budget_usd is not None or config.actor_budget_usd is not None:
-
-        def base(positions: list[int]) -> None:
-            costing.gate_batch(
-                [item.quote], store, approved=approved, config=config, now=now, actors=[item.actor]
-            )
-
-    admit = budgets.admit_batch(
-        base,
-        store,
-        [item.quote],
-        [budgets.who_of(item.actor, item.kind)],
-        ["job"],
-        approved=approved,
-        config=config,
-        now=now,
-    )
-    [(row, made)] = store.create_many(
-        [record], claimable=[False], admit=admit, also=_linker(store, links)
-    )
-    if links.released:
-        store.wake_workers()
-    fresh = store.get(item.job_id) if made else row
-    return to_job(fresh or row, config.clock(), config)
-
-
-# ----- reading, cancelling, retrying ------------------------------------------------------
+# ----- reading, cancelling ---------------------------------------------------------------
 def get_pipeline(
     project: ProjectLike, pipeline_id: str, *, config: JobsConfig = DEFAULT_CONFIG
 ) -> Pipeline | None:
@@ -479,98 +408,6 @@ def cancel_pipeline(
         if step.job.status.value not in _ENDED:
             cancel_job(project, step.job.job_id, config=config)
     return get_pipeline(project, pipeline_id, config=config)
-
-
-def retry_pipeline(
-    project: ProjectLike,
-    pipeline_id: str,
-    *,
-    steps: Sequence[str] | None = None,
-    approved: bool = False,
-    config: JobsConfig = DEFAULT_CONFIG,
-) -> Pipeline | None:
-    """Run again what did not succeed: the failed and cancelled steps (or, with
-    ``steps``, those among the named steps and the steps below them) as new
-    runs (``retry_job``'s), through the stored budgets as a whole; succeeded
-    steps are not run again (their results are the new runs' ``inputs``), live
-    ones are left alone. A step whose upstreams have all succeeded is
-    claimable at once, the others wait as before. None when unknown."""
-    proj = as_project(project)
-    got = get_pipeline(proj, pipeline_id, config=config)
-    if got is None:
-        return None
-    chosen = _below(got, steps)
-    redo = [
-        s for s in got.steps if s.name in chosen and s.job.status.value in ("failed", "cancelled")
-    ]
-    if not redo:
-        return got
-    store = shared_store(proj, config, create=True)
-    by_name = {s.name: s for s in got.steps}
-    now = config.clock()
-    records, quotes = [], []
-    for s in redo:
-        row = store.get(s.job.job_id)
-        assert row is not None
-        record, quote = new_run(proj, store, row, config)
-        for name in (PIPELINE_FIELD, STEP_FIELD, AFTER_FIELD):
-            record[name] = row.record.get(name)
-        records.append(record)
-        quotes.append(quote)
-    roots = [all(by_name[u].job.status.value == "succeeded" for u in s.after) for s in redo]
-    for record, root in zip(records, roots, strict=True):
-        if root and record.get(AFTER_FIELD):
-            record["released_at"] = now  # its upstreams succeeded before: free at once
-    waiting = [s.job.job_id for s, root in zip(redo, roots, strict=True) if not root]
-    edges = [
-        Edge(by_name[u].job.job_id, s.job.job_id, u, u in s.allow_failure)
-        for s in redo
-        for u in s.after
-    ]
-    admit = budgets.admit_batch(
-        None,
-        store,
-        quotes,
-        [budgets.who_of(s.job.actor, s.job.kind) for s in redo],
-        [f"step {s.name!r}" for s in redo],
-        approved=approved,
-        config=config,
-        now=now,
-    )
-    links = Links(pipeline=None, steps=(), edges=edges, waiting=waiting, now=now)
-    store.create_many(records, claimable=roots, admit=admit, also=_linker(store, links))
-    if links.released:
-        store.wake_workers()
-    return get_pipeline(proj, pipeline_id, config=config)
-
-
-def retry_step(proj: Project, row: JobRow, *, approved: bool, config: JobsConfig) -> Job:
-    """``retry_job`` of a pipeline's failed or cancelled step: it and the steps
-    below it that did not succeed run again (``retry_pipeline``)."""
-    pipeline_id, step = str(row.record["pipeline_id"]), str(row.record.get("step"))
-    retry_pipeline(proj, pipeline_id, steps=[step], approved=approved, config=config)
-    store = shared_store(proj, config, create=True)
-    fresh = store.get(row.record["job_id"]) or row
-    return to_job(fresh, config.clock(), config)
-
-
-def _below(got: Pipeline, names: Sequence[str] | None) -> set[str]:
-    """The named steps and every step below them (all steps when None)."""
-    every = {s.name for s in got.steps}
-    if names is None:
-        return every
-    unknown = [n for n in names if n not in every]
-    if unknown:
-        raise InvalidValue(f"pipeline {got.pipeline_id} has no step {unknown[0]!r}")
-    chosen = set(names)
-    changed = True
-    while changed:
-        changed = False
-        for s in got.steps:
-            if s.name not in chosen and any(u in chosen for u in s.after):
-                chosen.add(s.name)
-                changed = True
-    return chosen
 
 
 def pipeline_of_job(

@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
-from nw.jobs.api import pipelines
+from nw.jobs.api import pipeline_retry, pipelines
 from nw.jobs.core.pipelines import Pipeline
 from nw.jobs.web import state
 from nw.jobs.web.inputs import body_text, json_object
@@ -105,7 +105,7 @@ def cancel_pipeline(request: Request) -> JSONResponse:
 
 def retry_pipeline(request: Request) -> JSONResponse:
     project, got = _found(request, request.path_params["pipeline_id"])
-    done = pipelines.retry_pipeline(project, got.pipeline_id, config=state.config(request))
+    done = pipeline_retry.retry_pipeline(project, got.pipeline_id, config=state.config(request))
     return JSONResponse(pipeline_json(done or got, project), status_code=202)
 
 
