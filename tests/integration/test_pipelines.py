@@ -341,3 +341,17 @@ def test_approval_is_asked_for_the_whole_pipeline_not_each_step(project, cfg, tm
         assert made.created and made.quote["estimated_usd"] == pytest.approx(1.2)
     finally:  # on PostgreSQL the approval policy is the database's
         jobs.set_approval(project, threshold_usd=None, mode="advisory", config=cfg)
+
+
+def test_each_step_keeps_enqueues_options_and_the_pipelines_actor(project, cfg, tmp_path):
+    steps = {
+        "a": {"kind": "p.step", "params": {"name": "a"}, "priority": 5, "limit_key": "prov:x"},
+        "b": {"kind": "p.step", "params": {"name": "b"}, "after": ["a"], "label": "the second"},
+    }
+    p = jobs.enqueue_pipeline(project, steps, actor="ann", label="opts", config=cfg)
+    a, b = p.step("a").job, p.step("b").job
+    assert (a.priority, a.limit_key, a.actor) == (5, "prov:x", {"id": "ann"})
+    assert b.label == "the second" and b.actor == {"id": "ann"} and b.after == [a.job_id]
+    assert p.actor == {"id": "ann"} and p.label == "opts"
+    with pytest.raises(InvalidInput, match="step 'a'"):
+        jobs.enqueue_pipeline(project, {"a": {"kind": "p.step", "priority": "high"}}, config=cfg)
