@@ -257,6 +257,19 @@ def start_worker(project: Project) -> subprocess.Popen:
     )
 
 
+def _await_worker(
+    project: Project, worker: subprocess.Popen, config: JobsConfig, deadline: float
+) -> None:
+    """Until the worker has announced itself (so the queue's wait can be told
+    and the pipeline's first ETA is one), or it exited, or the deadline."""
+    from nw.jobs import workers
+
+    while time.monotonic() < deadline and worker.poll() is None:
+        if any(w.get("role") == "worker" for w in workers(project, config=config)):
+            return
+        time.sleep(0.05)
+
+
 @dataclass
 class DemoRun:
     """Drives one run: the pipeline enqueued whole, a cancel on cue, observed."""
@@ -407,6 +420,7 @@ def run_demo(
                 )
 
     try:
+        _await_worker(project, worker, config, deadline=time.monotonic() + 15)
         run.start()
         if plain:
             console.print(f"nw-jobs demo · run {run.run} · {project.root}", highlight=False)

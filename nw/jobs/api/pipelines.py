@@ -21,6 +21,7 @@ from typing import Any
 from nw.jobs.api import budgets, costing
 from nw.jobs.api.enqueueing import prepare_item, record_of
 from nw.jobs.api.handles import ProjectLike
+from nw.jobs.api.reads import queue_waits
 from nw.jobs.core import eta
 from nw.jobs.core.checks import check_actor, check_label, could_name_a_job
 from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
@@ -323,7 +324,13 @@ def get_pipeline(
     found_rows = store.get_many([job_id for _, job_id in steps_of])  # one query
     rows: dict[str, JobRow] = {n: found_rows[j] for n, j in steps_of if j in found_rows}
     names = [n for n in doc.get("order", sorted(rows)) if n in rows]
-    jobs = {name: to_job(rows[name], now, config) for name in names}
+    # the steps queued for a claim wait their turn: the queue's replay says how long
+    free = [rows[n] for n in names if released(rows[n])]
+    waits = queue_waits(store, free, config) if free else {}
+    jobs = {
+        name: to_job(rows[name], now, config, wait=waits.get(rows[name].record["job_id"]))
+        for name in names
+    }
     states = {name: jobs[name].status.value for name in names}
     spec = doc.get("steps", {})
     after = {name: [u for u in spec.get(name, {}).get("after", []) if u in rows] for name in names}
@@ -367,15 +374,23 @@ def _confidence(whole: float | None, status: str, priors: list[str]) -> str | No
     return "prior" if priors else "learned"
 
 
+def released(row: JobRow) -> bool:
+    """Queued and free to start: no upstream, or released by them."""
+    rec = row.record
+    return row.status.value == "queued" and (
+        not rec.get(AFTER_FIELD) or bool(rec.get("released_at"))
+    )
+
+
 def _remaining(job: Job) -> float | None:
     """Seconds until a live step ends once it may start: a running one's
-    remaining time, a queued one's predicted total (its queue wait counted when
-    known)."""
+    remaining time, a queued one's ``eta_s`` (its wait in the queue counted for a
+    step free to start; None when that wait cannot be said, as the job reads)."""
     if job.status.value in _ENDED:
         return 0.0
     if job.status.value == "running":
         return job.remaining_s if job.remaining_s is not None else job.eta_s
-    return job.eta_s if job.eta_s is not None else job.predicted_total_s
+    return job.eta_s
 
 
 def _waiting(job: Job, ups: list[str], states: Mapping[str, str]) -> Job:
