@@ -41,7 +41,7 @@ quote = jobs.estimate_pipeline(project, steps)  # nothing is enqueued
 print(quote["estimated_usd"], quote["lower_bound"])
 
 film = jobs.enqueue_pipeline(project, steps, label="my film", actor="ann")
-print(film.status, [step.name for step in film.steps])
+print(film.created, [step.name for step in film.steps])
 
 while not (film := jobs.get_pipeline(project, film.pipeline_id)).is_terminal:
     time.sleep(0.2)  # or leave: the workers and the store carry it to its end

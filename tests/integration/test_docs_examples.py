@@ -172,6 +172,6 @@ def test_film_pipeline_example(film, database_url):
     finally:
         stop(proc)
     assert lines[0] == "0.8 False"  # the whole quote, every step priced
-    assert lines[1] == "queued ['storyboard', 'panel1', 'panel2', 'clip1', 'clip2', 'cut']"
+    assert lines[1] == "True ['storyboard', 'panel1', 'panel2', 'clip1', 'clip2', 'cut']"
     assert lines[2] == "succeeded 100.0 0.8 ['vid/panel-1.mp4', 'vid/panel-2.mp4']"
     assert lines[3] == "True False"  # resubmitted: the same pipeline, nothing paid again

@@ -61,8 +61,7 @@ def test_a_chain_runs_in_order_and_ends_succeeded(project, cfg, worker, tmp_path
     }
     p = jobs.enqueue_pipeline(project, steps, label="film", config=cfg)
     assert p.created and p.label == "film" and len(p.steps) == 3
-    assert p.step("storyboard").job.status == jobs.QUEUED
-    assert p.step("panels").job.waiting == "waiting: after storyboard"
+    # (what a waiting step says is read where no worker runs: test_pipelines_api.py)
     done = ended(project, cfg, p.pipeline_id)
     assert done.status == "succeeded" and done.pct == 100.0
     assert ran(log) == ["storyboard", "panels", "animation"]
