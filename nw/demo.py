@@ -1,23 +1,30 @@
 """``nw-jobs demo``: a small simulated render pipeline, run for real and shown live.
 
 Every job here is a real job on the embedded store of a real project folder
-(default ``./nw-demo``): enqueued through the facade with an in-process
-``dispatch=`` body, observed through ``get_job``, cancelled through
-``cancel_job``. Only the work is simulated (sleeps that report stages and
-costs). The pipeline covers each thing a render surface has to show: stages,
-an exact cost, an unpriceable call (a lower-bound cost), a cache hit, a
-refusal, a cancellation, and jobs queued behind the concurrency cap.
+(default ``./nw-demo``): the whole pipeline (storyboard, then panels, then
+animations; a voice and a score beside them) is enqueued at once with
+``enqueue_pipeline``, quoted and timed as a whole, run by a worker process the
+demo starts (``--import nw.demo_kinds``), each step released by the store
+when the steps it comes after have succeeded, observed through
+``get_pipeline``, one step cancelled through ``cancel_job``. Only the work is
+simulated (sleeps that report stages and costs). The pipeline covers each
+thing a render surface has to show: stages, an exact cost, an unpriceable
+call (a lower-bound cost), a cache hit, a refusal, a cancellation, and jobs
+queued behind the concurrency cap.
 
 ETAs are learned from the durations of finished jobs, per ``model|operation``
 key; the demo lowers ``n_min`` to 2 so that the second run already shows
 ``learned`` ETAs for the panels and the animations (each run teaches each of
-those keys two samples; a cache hit teaches nothing). Each run gets its own
-idempotency keys (``demo-run<N>-<step>``), so a rerun makes new jobs instead
-of returning the old ones.
+those keys two samples; a cache hit teaches nothing). Each run's steps carry
+its number (``demo_run``), so a rerun is a new pipeline instead of returning
+the old one.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,15 +41,17 @@ from nw.jobs import (
     JobCancelled,
     JobRefused,
     JobsConfig,
+    Pipeline,
     cancel_job,
-    enqueue,
-    get_job,
+    cancel_pipeline,
+    enqueue_pipeline,
+    get_pipeline,
     list_jobs,
     to_dict,
 )
 
 DEMO_DIR = "nw-demo"
-KEY_PREFIX = "demo-run"
+RUN_PARAM = "demo_run"
 DEMO_CONFIG = JobsConfig(n_min=2, max_concurrent=4)
 """``n_min=2``: a second run shows learned ETAs; 4 bodies at once, so one job queues."""
 
@@ -220,72 +229,119 @@ def next_run_number(project: Project, config: JobsConfig) -> int:
     """1 + the highest run number among this project's demo jobs."""
     highest = 0
     for job in list_jobs(project, limit=10_000, config=config):
-        key = job.idempotency_key
-        if key.startswith(KEY_PREFIX):
-            head = key[len(KEY_PREFIX) :].split("-", 1)[0]
-            if head.isdigit():
-                highest = max(highest, int(head))
+        run = job.params.get(RUN_PARAM)
+        if isinstance(run, int) and not isinstance(run, bool):
+            highest = max(highest, run)
     return highest + 1
+
+
+def start_worker(project: Project) -> subprocess.Popen:
+    """The worker process that runs the demo's steps (4 at once, so one queues)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nw.jobs.execution.worker",
+            "--project",
+            str(project.root),
+            "--import",
+            "nw.demo_kinds",
+            "--max-concurrent",
+            str(DEMO_CONFIG.max_concurrent),
+            "--log-level",
+            "ERROR",
+        ],
+        env={k: v for k, v in os.environ.items() if k != "NW_JOBS_DATABASE_URL"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _await_worker(
+    project: Project, worker: subprocess.Popen, config: JobsConfig, deadline: float
+) -> None:
+    """Until the worker has announced itself (so the queue's wait can be told
+    and the pipeline's first ETA is one), or it exited, or the deadline."""
+    from nw.jobs import workers
+
+    while time.monotonic() < deadline and worker.poll() is None:
+        if any(w.get("role") == "worker" for w in workers(project, config=config)):
+            return
+        time.sleep(0.05)
 
 
 @dataclass
 class DemoRun:
-    """Drives one run: enqueue steps whose inputs are done, cancel on cue, observe."""
+    """Drives one run: the pipeline enqueued whole, a cancel on cue, observed."""
 
     project: Project
     run: int
     steps: list[Step]
     config: JobsConfig = DEMO_CONFIG
-    ids: dict[str, str] = field(default_factory=dict)
+    pipeline: Pipeline | None = None
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     cancelled: set[str] = field(default_factory=set)
+
+    def start(self) -> Pipeline:
+        """Enqueue the whole pipeline: one quote, one transaction."""
+        spec = {
+            s.name: {
+                "kind": s.kind,
+                "params": {**s.params, RUN_PARAM: self.run},
+                "after": list(s.after),
+            }
+            for s in self.steps
+        }
+        self.pipeline = enqueue_pipeline(
+            self.project, spec, label=f"The Lighthouse Keeper, run {self.run}", config=self.config
+        )
+        self._refresh()
+        return self.pipeline
 
     def tick(self) -> None:
         self._refresh()
         for step in self.steps:
-            if step.name not in self.ids and all(self._done(dep) for dep in step.after):
-                self._enqueue(step)
             if step.cancel_at_stage is not None and step.name not in self.cancelled:
                 job = self.jobs.get(step.name)
                 stage = ((job or {}).get("progress") or {}).get("stage_index")
                 if job and job["status"] == "running" and (stage or 0) >= step.cancel_at_stage:
-                    cancel_job(self.project, self.ids[step.name], config=self.config)
+                    cancel_job(self.project, job["job_id"], config=self.config)
                     self.cancelled.add(step.name)
         self._refresh()
 
-    def _enqueue(self, step: Step) -> None:
-        job = enqueue(
-            self.project,
-            step.kind,
-            step.params,
-            dispatch={step.kind: simulated_render},
-            idempotency_key=f"{KEY_PREFIX}{self.run}-{step.name}",
-            config=self.config,
-        )
-        self.ids[step.name] = job.job_id
-        self.jobs[step.name] = to_dict(job)
-
     def _refresh(self) -> None:
-        for name, job_id in self.ids.items():
-            job = get_job(self.project, job_id, config=self.config)
-            if job is not None:
-                self.jobs[name] = to_dict(job)
-
-    def _done(self, name: str) -> bool:
-        job = self.jobs.get(name)
-        return job is not None and job["status"] in ("succeeded", "failed", "cancelled")
+        if self.pipeline is None:
+            return
+        got = get_pipeline(self.project, self.pipeline.pipeline_id, config=self.config)
+        if got is not None:
+            self.pipeline = got
+            self.jobs = {s.name: to_dict(s.job) for s in got.steps}
 
     @property
     def finished(self) -> bool:
-        return all(self._done(step.name) for step in self.steps)
+        return self.pipeline is not None and self.pipeline.is_terminal
 
     def rows(self) -> list[dict[str, Any]]:
         return [self.jobs[s.name] for s in self.steps if s.name in self.jobs]
 
     def cancel_all(self) -> None:
-        for name, job_id in self.ids.items():
-            if not self._done(name):
-                cancel_job(self.project, job_id, config=self.config)
+        if self.pipeline is not None:
+            cancel_pipeline(self.project, self.pipeline.pipeline_id, config=self.config)
+
+
+def pipeline_text(p: Pipeline | None) -> str:
+    """The pipeline as a whole: its quote, what it spent, its ETA and progress."""
+    if p is None:
+        return "pipeline: enqueueing"
+    q = p.quote
+    quote = ("≥ " if q.get("lower_bound") else "") + usd(float(q.get("estimated_usd") or 0.0))
+    if p.is_terminal:
+        eta = p.status
+    elif p.eta_s is None:
+        eta = "ETA estimating…"
+    else:
+        eta = f"ETA ~{p.eta_s:.0f}s ({p.eta_confidence})"
+    return f"pipeline {p.label}: quote {quote} for {len(p.steps)} steps · {eta} · {p.pct:.0f}% done"
 
 
 def totals(jobs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -324,7 +380,8 @@ def frame(run: DemoRun, elapsed_s: float, width: int = 160) -> Group:
     header.append("nw-jobs demo", style="bold")
     header.append(f" · run {run.run} · {run.project.root.name} · {elapsed_s:4.1f}s")
     table = jobs_table(run.rows(), width=width, show_id=False)
-    return Group(header, table, Text(totals_text(run.rows()), style="dim"))
+    whole = Text(pipeline_text(run.pipeline), style="bold")
+    return Group(header, whole, table, Text(totals_text(run.rows()), style="dim"))
 
 
 def run_demo(
@@ -341,8 +398,11 @@ def run_demo(
 
     console = console or Console()
     plain = (not console.is_terminal) if plain is None else plain
+    import nw.demo_kinds  # noqa: F401  (registers the demo's kinds here, for the enqueue)
+
     project = Project.init(root, title="nw-jobs demo")
     run = DemoRun(project, next_run_number(project, config), pipeline(speed), config)
+    worker = start_worker(project)
     started = time.monotonic()
     deadline = started + timeout_s
     seen: dict[str, str] = {}
@@ -360,8 +420,11 @@ def run_demo(
                 )
 
     try:
+        _await_worker(project, worker, config, deadline=time.monotonic() + 15)
+        run.start()
         if plain:
             console.print(f"nw-jobs demo · run {run.run} · {project.root}", highlight=False)
+            console.print(pipeline_text(run.pipeline), highlight=False, soft_wrap=True)
             while not run.finished and time.monotonic() < deadline:
                 run.tick()
                 plain_tick()
@@ -380,9 +443,16 @@ def run_demo(
     finally:
         if not run.finished:
             run.cancel_all()
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
         shutdown_runtimes(wait=True)
     jobs = run.rows()
     if plain:
+        console.print(pipeline_text(run.pipeline), highlight=False, soft_wrap=True)
         console.print(totals_text(jobs), highlight=False, soft_wrap=True)
     console.print(
         "Run it again: this run taught the ETA model, so the next one shows learned ETAs."
@@ -404,4 +474,7 @@ def run_demo(
         "finished": run.finished,
         "jobs": jobs,
         "totals": totals(jobs),
+        "pipeline": None
+        if run.pipeline is None
+        else {k: v for k, v in run.pipeline.to_dict().items() if k != "steps"},
     }

@@ -45,3 +45,13 @@ jobs.register_kind("film.panel", "renders:panel", retryable=True, max_attempts=3
 jobs.register_kind(
     "film.animate", "renders:animate", retryable=True, max_attempts=3, limit_key="fal:{model}"
 )
+
+
+def cut(project, params, *, inputs):
+    """The clips in order, as one film: ``inputs`` are the results of the steps
+    it comes after, by step name (a pipeline step's body may declare it)."""
+    clips = [inputs[name]["artifact_ref"] for name in sorted(inputs)]
+    return {"cost_usd_actual": 0.0, "artifact_ref": "vid/film.mp4", "clips": clips}
+
+
+jobs.register_kind("film.cut", "renders:cut")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from nw.cli import budget
+from nw.cli import budget, pipelines
 from nw.cli.common import (
     PROJECT_ENV,
     TOKEN_ENV,
@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     budget.add_accuracy_options(p, cmd_spend)
     budget.add_parsers(add, [one, as_json])
+    pipelines.add_parsers(add, [one, as_json])
 
     add("workers", cmd_workers, "the workers announced for this project", [one, as_json])
 

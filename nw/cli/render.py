@@ -179,6 +179,13 @@ def short_id(job_id: str) -> str:
     return job_id[:12]
 
 
+def pipeline_text(job: Mapping[str, Any]) -> str:
+    """`` (step S of pipeline P)`` for a pipeline's step (``nw-jobs pipeline show P``)."""
+    if not job.get("pipeline_id"):
+        return ""
+    return f" (step {job.get('step')} of {job['pipeline_id']})"
+
+
 def plain_line(job: Mapping[str, Any]) -> str:
     """One line for logs and pipes (no colour, no bar)."""
     bits = [
@@ -195,6 +202,8 @@ def plain_line(job: Mapping[str, Any]) -> str:
     outcome = outcome_text(job)
     if outcome and job.get("status") not in LIVE:
         bits.append(outcome)
+    if job.get("pipeline_id"):
+        bits.append(pipeline_text(job).strip(" ()"))
     return escaped(" | ".join(bits))
 
 
@@ -246,7 +255,7 @@ class _Column:
 # take); progress, %, stage and the note give way first.
 _COLUMNS = (
     _Column("id", lambda j: short_id(j["job_id"]), 12, 12, 1, 9, style="dim"),
-    _Column("job", lambda j: j.get("label") or j["kind"], 14, 32, 0, 1),
+    _Column("job", lambda j: (j.get("label") or j["kind"]) + pipeline_text(j), 14, 32, 0, 1),
     _Column("status", status_cell, 10, 16, 2, 1, wraps=True),
     _Column("progress", lambda j: bar(j, width=16), 16, 16, 5, 9),
     _Column("%", pct_text, 4, 4, 6, 9, justify="right"),
@@ -381,6 +390,7 @@ def job_detail(
         ("id", job["job_id"]),
         ("label", job.get("label")),
         ("kind", job.get("kind")),
+        ("pipeline", pipeline_text(job).strip(" ()") or None),
         ("actor", " ".join(filter(None, [actor.get("id"), actor.get("handle")])) or None),
         ("status", status_cell(job)),
         ("grade", Text(job.get("grade") or "—", style=GRADE_STYLE.get(job.get("grade") or "", ""))),

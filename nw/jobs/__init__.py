@@ -43,6 +43,7 @@ from nw.jobs.core.model import (
     Status,
 )
 from nw.jobs.core.parked import Pending, Submitted
+from nw.jobs.core.pipelines import Pipeline, PipelineStep
 from nw.jobs.core.records import to_dict
 from nw.jobs.execution.learning import DurationLearningMiddleware
 
@@ -52,6 +53,9 @@ from nw.jobs.execution.learning import DurationLearningMiddleware
 # without them: a public name not imported above is the console's if listed
 # here, else the facade's.
 _CONSOLE = frozenset({"prune", "retry_job", "retry_jobs", "totals", "workers"})
+_PIPELINES = frozenset(
+    {"cancel_pipeline", "enqueue_pipeline", "estimate_pipeline", "get_pipeline", "retry_pipeline"}
+)
 
 if _typing.TYPE_CHECKING:  # what a type checker sees of the names imported on first use
     from nw.jobs.api.console import prune, retry_job, retry_jobs, totals, workers
@@ -77,11 +81,24 @@ if _typing.TYPE_CHECKING:  # what a type checker sees of the names imported on f
         wait,
         watch,
     )
+    from nw.jobs.api.pipeline_retry import retry_pipeline
+    from nw.jobs.api.pipelines import (
+        cancel_pipeline,
+        enqueue_pipeline,
+        estimate_pipeline,
+        get_pipeline,
+    )
 
 
 def __getattr__(name: str) -> object:
     if name in __all__:
         module = "nw.jobs.api.console" if name in _CONSOLE else "nw.jobs.api.facade"
+        if name in _PIPELINES:
+            module = (
+                "nw.jobs.api.pipeline_retry"
+                if name == "retry_pipeline"
+                else "nw.jobs.api.pipelines"
+            )
         value = getattr(_import_module(module), name)
         globals()[name] = value
         return value
@@ -123,18 +140,24 @@ __all__ = [
     "KindImportError",
     "NwJobsError",
     "Pending",
+    "Pipeline",
+    "PipelineStep",
     "Status",
     "Submitted",
     "UnknownKind",
     "cancel_job",
+    "cancel_pipeline",
     "cost_accuracy",
     "enqueue",
     "enqueue_many",
+    "enqueue_pipeline",
     "error_kind_of",
     "estimate",
+    "estimate_pipeline",
     "get_approval",
     "get_job",
     "get_job_progress",
+    "get_pipeline",
     "list_budgets",
     "list_jobs",
     "list_limits",
@@ -144,6 +167,7 @@ __all__ = [
     "remove_budget",
     "retry_job",
     "retry_jobs",
+    "retry_pipeline",
     "set_approval",
     "set_budget",
     "set_limit",

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from nw.jobs.api import facade, waiting
+from nw.jobs.api import facade, pipeline_retry, pipelines, waiting
 from nw.jobs.api.handles import ProjectLike
 from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
 
@@ -68,6 +68,11 @@ get_job = _twin(facade.get_job)
 list_jobs = _twin(facade.list_jobs)
 cancel_job = _twin(facade.cancel_job)
 estimate = _twin(facade.estimate)
+enqueue_pipeline = _twin(pipelines.enqueue_pipeline)
+estimate_pipeline = _twin(pipelines.estimate_pipeline)
+get_pipeline = _twin(pipelines.get_pipeline)
+cancel_pipeline = _twin(pipelines.cancel_pipeline)
+retry_pipeline = _twin(pipeline_retry.retry_pipeline)
 
 
 async def wait(

@@ -310,6 +310,9 @@ def test_demo_runs_end_to_end_and_learns_etas_on_the_second_run(tmp_path):
     assert run1["totals"]["saved_usd"] > 0
     assert any(j["cached"] for j in run1["jobs"])
     assert run1["totals"]["learned_etas"] == 0
+    assert run1["pipeline"]["quote"]["estimated_usd"] == pytest.approx(1.062)
+    assert run1["pipeline"]["status"] == "failed"  # the narration was refused
+    assert {j["pipeline_id"] for j in run1["jobs"]} == {run1["pipeline"]["pipeline_id"]}
     assert "≥ $" in first.stderr  # the lower-bound cost, shown as one
     second = nw_jobs("demo", "--project", str(folder), "--speed", "4", "--json")
     assert second.returncode == 0, second.stderr
@@ -333,6 +336,8 @@ def test_demo_without_a_tty_prints_plain_lines(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "\x1b[" not in result.stdout  # no escape codes in a pipe
     assert "Score: main theme | cancelled" in result.stdout
+    # the whole pipeline, quoted and timed as one, before anything ran
+    assert "pipeline The Lighthouse Keeper, run 1: quote $1.06 for 8 steps · ETA" in result.stdout
     assert "no voice is cast" in result.stdout
     assert "Run it again" in result.stdout
 

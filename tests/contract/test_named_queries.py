@@ -10,8 +10,8 @@ from nw.jobs.stores.sql import MAX_STATEMENT_CHARS, load_queries, parse_queries
 
 _PSYCOPG_PARAM = re.compile(r"%\((\w+)\)s")
 QUERIES_OF = {
-    "SqliteJobStore": ("sqlite_queries.sql", "sqlite_parked.sql"),
-    "PostgresJobStore": ("postgres_queries.sql", "postgres_parked.sql"),
+    "SqliteJobStore": ("sqlite_queries.sql", "sqlite_parked.sql", "sqlite_pipelines.sql"),
+    "PostgresJobStore": ("postgres_queries.sql", "postgres_parked.sql", "postgres_pipelines.sql"),
 }
 
 

@@ -167,3 +167,18 @@ def test_starlette_app_example(film, monkeypatch, request):
         assert client.get("/jobs/api/jobs").status_code == 401
         listed = client.get("/jobs/api/jobs", headers={"Authorization": "Bearer s3cret"})
         assert [job["job_id"] for job in listed.json()["jobs"]] == [job_id]
+
+
+def test_film_pipeline_example(film, database_url):
+    """The pipelines how-to: a whole film as one pipeline, quoted first, run by a worker."""
+    nw.Project.init(film / "my-film", title="My film")
+    env = _env(database_url)
+    proc = worker(film, env, "--max-concurrent", "4")
+    try:
+        lines = run("film_pipeline.py", film, env)
+    finally:
+        stop(proc)
+    assert lines[0] == "0.8 False"  # the whole quote, every step priced
+    assert lines[1] == "True ['storyboard', 'panel1', 'panel2', 'clip1', 'clip2', 'cut']"
+    assert lines[2] == "succeeded 100.0 0.8 ['vid/panel-1.mp4', 'vid/panel-2.mp4']"
+    assert lines[3] == "True False"  # resubmitted: the same pipeline, nothing paid again

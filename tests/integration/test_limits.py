@@ -327,7 +327,7 @@ def test_an_older_embedded_file_is_upgraded_in_place(tmp_path, version):
     import sqlite3
     from pathlib import Path
 
-    from nw.jobs.stores.sqlite import SqliteJobStore
+    from nw.jobs.stores.sqlite import SCHEMA_VERSION, SqliteJobStore
 
     # Given a file written by the schema-1 (or the console's schema-3) code,
     # holding one claimable job

@@ -68,6 +68,13 @@ EXPECTED = {
     "wait",
     "watch",
     "workers",
+    "Pipeline",
+    "PipelineStep",
+    "cancel_pipeline",
+    "enqueue_pipeline",
+    "estimate_pipeline",
+    "get_pipeline",
+    "retry_pipeline",
 }
 
 

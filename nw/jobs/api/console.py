@@ -58,6 +58,10 @@ def retry_job(
     row = store.get(job_id)
     if row is None:
         return None
+    if row.record.get("pipeline_id") and row.status.value in RETRYABLE:
+        from nw.jobs.api.pipeline_retry import retry_step  # the steps it stopped run too
+
+        return retry_step(proj, row, approved=approved, config=config)
     return _retry(proj, store, row, approved=approved, config=config)
 
 
@@ -387,3 +391,8 @@ def metrics(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dic
         "workers": workers(proj, config=config),
         "durations": durations,
     }
+
+
+# A pipeline's retry makes each step's new run as ``retry_job`` does
+# (nw/jobs/api/pipelines.py).
+new_run = _new_run

@@ -170,9 +170,14 @@ def enqueue(
     priority: int = 0,
     not_before: float | datetime | None = None,
     limit_key: str | None = None,
+    after: list[str] | None = None,
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> Job:
     """Enqueue a render as a background job; returns at once with the job.
+
+    ``after``: job ids this job waits on (nw/jobs/api/pipelines.py): it starts
+    once they have all succeeded (a body declaring ``inputs`` gets their
+    results by job id), and is cancelled when one fails or is cancelled.
 
     ``priority``: higher is started first (FIFO within a priority, turns
     rotating across actors). ``not_before`` (epoch seconds or an aware
@@ -220,6 +225,12 @@ def enqueue(
         limit_key=limit_key,
         config=config,
     )
+    if after is not None:  # waits on other jobs: written with its links
+        from nw.jobs.api.enqueue_after import check_after, enqueue_after
+
+        if item.fn is not None:
+            raise InvalidValue("after= needs a kind registered for workers, not a dispatch body")
+        return enqueue_after(proj, item, check_after(after), approved=approved, config=config)
     fn, quote, job_id, who = item.fn, item.quote, item.job_id, item.actor
     # Refused before any store is created or opened for writing; checked again
     # inside the create transaction (``admit``), where concurrent enqueues serialise.
@@ -462,3 +473,9 @@ def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: J
     as the outcome policy decides (``outcome.end_unlaunched``)."""
     message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
     outcome.end_unlaunched(store, row, message, config).result()
+
+
+# A pipeline's steps are prepared and recorded as ``enqueue``'s items are
+# (nw/jobs/api/pipelines.py): the same checks, quote, id and record.
+prepare_item = _prepare
+record_of = _new_record

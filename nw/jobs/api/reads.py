@@ -325,3 +325,8 @@ def worker_seen(store: JobStore, row: JobRow) -> Any:
     if row.status not in ACTIVE_STATUSES:
         return None
     return recovery.worker_of(row, recovery.workers_seen(store))
+
+
+# A pipeline's queued steps are read with the same replay of the queue
+# (nw/jobs/api/pipelines.py: their ETA counts their wait).
+queue_waits = _waits

@@ -295,6 +295,12 @@ class Job:
     """Where text no store keeps as given (NUL, a lone surrogate) was stored as
     U+FFFD: ``"result"``, ``"error"`` or a record field's name; None when
     nothing was (``nw/jobs/core/storable.py``)."""
+    pipeline_id: str | None = None
+    """The pipeline this job is a step of (``jobs.get_pipeline``); None: none."""
+    step: str | None = None
+    """Its step's name in that pipeline."""
+    after: list[str] | None = None
+    """The job ids it waits on (a pipeline's upstream steps, or ``enqueue(after=...)``)."""
 
     @property
     def is_terminal(self) -> bool:

@@ -226,7 +226,8 @@ def to_job(
             label_hint = wait.reason
     shown_parked, waiting = (
         None,
-        (wait.reason if wait is not None and status.value == "queued" else None),
+        _upstream_wait(rec, status.value)
+        or (wait.reason if wait is not None and status.value == "queued" else None),
     )
     if live and parked.is_parked(rec):
         shown_parked, waiting = (
@@ -297,6 +298,9 @@ def to_job(
         waiting=waiting,
         parked=shown_parked,
         text_replaced=_names(rec.get(REPLACED_FIELD)),
+        pipeline_id=_text(rec.get("pipeline_id")),
+        step=_text(rec.get("step")),
+        after=_upstreams(rec.get("after")),
     )
 
 
@@ -310,6 +314,30 @@ def _parked(info: Mapping[str, Any]) -> dict[str, Any]:
         "since": _iso(info.get("since")),
         "deadline_at": _iso(info.get("deadline_at")),
     }
+def _upstream_wait(rec: Mapping[str, Any], status: str) -> str | None:
+    """``waiting: after storyboard`` for a queued job whose upstreams have not
+    released it yet (``after`` and no ``released_at``; nw/jobs/api/pipelines.py)."""
+    after = rec.get("after")
+    if status != "queued" or not isinstance(after, list) or not after:
+        return None
+    if rec.get("released_at") is not None:
+        return None
+    names = [
+        str(u.get("step") or str(u.get("job_id", ""))[:12]) for u in after if isinstance(u, dict)
+    ]
+    return f"waiting: after {', '.join(names)}"
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _upstreams(value: Any) -> list[str] | None:
+    """The job ids of a stored ``after`` (a list of ``{job_id, step, ...}``)."""
+    if not isinstance(value, list) or not value:
+        return None
+    ids = [u.get("job_id") for u in value if isinstance(u, dict)]
+    return [i for i in ids if isinstance(i, str)] or None
 
 
 def _names(value: Any) -> list[str] | None:

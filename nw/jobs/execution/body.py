@@ -67,6 +67,27 @@ def _wants_webhook(fn: Callable) -> bool:
     """The body declares ``webhook_url`` (by name: ``**kwargs`` is not asked for one)."""
     accepts = _declared(fn)
     return accepts is not None and "webhook_url" in accepts
+def _wants_inputs(fn: Callable) -> bool:
+    declared = _declared(fn)
+    return declared is None or "inputs" in declared
+
+
+def upstream_inputs(store: WorkerStore, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A pipeline step's ``inputs``: the results of the jobs it came after, by
+    step name (by job id for ``enqueue(after=...)``); None for an upstream that
+    did not succeed (``allow_failure``) or is gone."""
+    ups = [
+        up
+        for up in rec.get("after") or ()
+        if isinstance(up, Mapping) and isinstance(up.get("job_id"), str)
+    ]
+    rows = store.get_many([up["job_id"] for up in ups])  # one query for a fan-in
+    out: dict[str, Any] = {}
+    for up in ups:
+        row = rows.get(up["job_id"])
+        ok = row is not None and row.status.value == "succeeded"
+        out[str(up.get("step") or up["job_id"])] = row.result if ok and row is not None else None
+    return out
 
 
 def redact(text: str, secrets: Mapping[str, str] | None) -> str:
@@ -274,6 +295,8 @@ def run_attempt(
         kwargs = accepted_kwargs(launch.fn, offered)
         value: Any = None
         try:
+            if rec.get("after") and _wants_inputs(launch.fn):
+                kwargs["inputs"] = upstream_inputs(store, rec)
             if error is None:
                 with launch.capture if launch.capture is not None else nullcontext():
                     value = launch.fn(launch.project, dict(rec.get("params") or {}), **kwargs)

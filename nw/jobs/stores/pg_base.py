@@ -159,6 +159,9 @@ class PgBase(SharedStore):
     def _to_json(self, value: Any) -> Any:
         return _jsonb(value)
 
+    def _to_list(self, values: list[Any]) -> Any:
+        return values
+
     def _from_time(self, value: Any) -> datetime:
         return value  # timestamptz arrives as a datetime
 

@@ -187,6 +187,7 @@ class PostgresJobStore(PgParking, PgFinishes):
         *,
         claimable: Sequence[bool],
         admit: Callable[[list[int]], None] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> list[tuple[JobRow, bool]]:
         """See ``JobStore.create_many``. One transaction: lock the batch's
         existing rows, decide each as ``create`` does, run ``admit`` over the
@@ -233,6 +234,8 @@ class PostgresJobStore(PgParking, PgFinishes):
                     params = self._params(self._record_args(records[k]))
                     params["queue_at"] = due_at(records[k]) if claimable[k] else None
                     out[k] = self._replace(conn, params, records[k], found[records[k]["job_id"]][0])
+                if also is not None:
+                    also(conn)  # the batch's links (pipelines), in the same transaction
             return out
 
         return self._write("create_many", op)

@@ -70,6 +70,16 @@ class JobReads(Protocol):
     def get(self, job_id: str) -> JobRow | None:
         """The job's record and status entry, or None if it is not in the index."""
 
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
+        """The rows of these jobs (those in the index), by job id: a pipeline's
+        steps, a fan-in's upstreams. A backend reads them in one query."""
+        out = {}
+        for job_id in dict.fromkeys(job_ids):
+            row = self.get(job_id)
+            if row is not None:
+                out[job_id] = row
+        return out
+
     @abstractmethod
     def page(
         self,
@@ -148,6 +158,7 @@ class Queue(Protocol):
         *,
         claimable: Sequence[bool],
         admit: Callable[[list[int]], None] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> list[tuple[JobRow, bool]]:
         """``create`` for a batch of distinct job ids, in one transaction: per
         record, what ``create`` returns for it. ``admit(positions)`` (the
@@ -155,7 +166,10 @@ class Queue(Protocol):
         will be written (new, or replacing a finished run; live ones are left
         out) and runs inside the transaction like ``create``'s ``admit``; an
         exception from it aborts the whole batch with nothing written. Workers
-        are woken once, after the commit, when any claimable job was created."""
+        are woken once, after the commit, when any claimable job was created.
+        ``also(connection)`` runs last in the same transaction, with the
+        backend's connection: the links of a pipeline's jobs
+        (``nw.jobs.stores.pipelines``); it may raise, as ``admit`` may."""
 
     @abstractmethod
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | NotYet | None:

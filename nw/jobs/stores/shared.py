@@ -10,7 +10,8 @@ policy's rows) it lives here, as procrastinate's ``manager.py`` sits over its
 - ``_all(name, args)``: the rows of a named read (mappings by column name);
 - ``_run(name, args)``: a named write in a transaction of its own;
 - ``_from_json`` / ``_to_json``: the engine's JSON codec (text on SQLite,
-  ``jsonb`` on PostgreSQL); ``_from_time``: a stored timestamp as a datetime;
+  ``jsonb`` on PostgreSQL); ``_to_list``: a list parameter; ``_from_time``: a
+  stored timestamp as a datetime;
 - ``_has(feature)``: whether the store holds a feature's tables ("rollup",
   "limits", "policy"): a read-only handle may read an older embedded file;
 - ``PAGE_QUERIES``: the statuses' own page query where the engine has one;
@@ -64,6 +65,11 @@ class SharedStore(JobStore):
         """A Python value as the engine stores JSON."""
 
     @abstractmethod
+    def _to_list(self, values: list[Any]) -> Any:
+        """A list parameter as the engine binds one (a JSON array read with
+        ``json_each`` on SQLite, an array on PostgreSQL)."""
+
+    @abstractmethod
     def _from_time(self, value: Any) -> datetime:
         """A stored timestamp (not None) as a datetime."""
 
@@ -88,6 +94,11 @@ class SharedStore(JobStore):
     def get(self, job_id: str) -> JobRow | None:
         r = self._one("get", {"job_id": job_id})
         return None if r is None else self._row(r)
+
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
+        """See ``JobReads.get_many``: one query however many."""
+        rows = self._all("get_many", {"job_ids": self._to_list(list(dict.fromkeys(job_ids)))})
+        return {r["job_id"]: self._row(r) for r in rows}
 
     def page(
         self,

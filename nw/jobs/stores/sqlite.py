@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,7 @@ from au import ComputationResult, ComputationStatus
 from nw.jobs.core.model import ACTIVE_STATUSES
 from nw.jobs.core.records import JobRow
 from nw.jobs.core.storable import storable, storable_fields
+from nw.jobs.stores import pipelines_sqlite
 from nw.jobs.stores.base import (
     as_stored,
     carry_over,
@@ -37,6 +39,7 @@ from nw.jobs.stores.columns import row_values
 from nw.jobs.stores.sqlite_base import (
     DB_NAME,
     LIMITS_VERSION,
+    PIPELINES_VERSION,
     POLICY_VERSION,
     ROLLUP_VERSION,
     SCHEMA_VERSION,
@@ -49,6 +52,7 @@ from nw.jobs.stores.sqlite_parked import SqliteParking
 __all__ = [
     "DB_NAME",
     "LIMITS_VERSION",
+    "PIPELINES_VERSION",
     "POLICY_VERSION",
     "ROLLUP_VERSION",
     "SCHEMA_VERSION",
@@ -113,6 +117,7 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
         *,
         claimable: Sequence[bool],
         admit: Callable[[list[int]], None] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> list[tuple[JobRow, bool]]:
         check_distinct(records)
         out: list[tuple[JobRow, bool] | None] = [None] * len(records)
@@ -129,6 +134,8 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
             for k, record, existing in todo:
                 record = self._put_new(c, record, existing, claimable[k])
                 out[k] = (JobRow(dict(record), "pending"), True)
+            if also is not None:
+                also(c)  # the batch's links (pipelines), in the same transaction
         if any(claimable[k] for k, _, _ in todo):
             self.wake_workers()  # once for the batch, after the commit
         return [pair for pair in out if pair is not None]
@@ -166,7 +173,10 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
                 return False
             c.execute(Q["finish_status"], args)
             self._patch(c, job_id, fields, doc)
-            return True
+            released = pipelines_sqlite.settle(c, job_id, time.time())  # its dependents
+        if released:
+            self.wake_workers()
+        return True
 
     def requeue(
         self, job_id: str, *, fields: Mapping[str, Any], not_before: float, attempt: int | None
@@ -200,7 +210,11 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
             doc = self._fence(c, job_id, None)
             assert doc is not None  # the row read above, in this transaction
             self._patch(c, job_id, fields, doc)
-            return self._get(c, job_id)
+            released = pipelines_sqlite.settle(c, job_id, now) if state == "queued" else 0
+            row = self._get(c, job_id)
+        if released:
+            self.wake_workers()
+        return row
 
     def beat(self, job_ids: Iterable[str], *, now: float, runner_id: str) -> set[str]:
         ids = list(job_ids)

@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -26,7 +26,7 @@ from nw.jobs.stores.shared import SharedStore
 from nw.jobs.stores.sql import load_queries
 
 DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: The version that added the prune rollup (an older file read read-only has none).
 ROLLUP_VERSION = 3
 #: The version that added limits, priorities and turns (the same for a read-only handle).
@@ -35,6 +35,8 @@ LIMITS_VERSION = 4
 POLICY_VERSION = 5
 #: The version that added parked provider jobs (the parked table).
 PARKED_VERSION = 6
+#: The version that added pipelines (pipelines, pipeline_steps, job_edges).
+PIPELINES_VERSION = 7
 Q = load_queries("sqlite_queries.sql")
 #: The columns a patch sets by a statement of their own (``patch_<name>``).
 _PATCHED_ALONE = patched_alone("sqlite")
@@ -78,6 +80,7 @@ class SqliteBase(SharedStore):
         "limits": LIMITS_VERSION,
         "policy": POLICY_VERSION,
         "parked": PARKED_VERSION,
+        "pipelines": PIPELINES_VERSION,
     }
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False):
@@ -178,6 +181,12 @@ class SqliteBase(SharedStore):
                     conn.execute("ROLLBACK")
                 raise
 
+    def cursor(self, write: bool = False) -> AbstractContextManager[sqlite3.Connection]:
+        """The connection under the store's lock (``write``: in a write
+        transaction): for the statements of the modules beside this one
+        (``pipelines_sqlite``)."""
+        return self._cursor(write)
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
@@ -195,6 +204,9 @@ class SqliteBase(SharedStore):
 
     def _to_json(self, value: Any) -> Any:
         return _dumps(value)
+
+    def _to_list(self, values: list[Any]) -> Any:
+        return json.dumps(values)
 
     def _from_time(self, value: Any) -> datetime:
         return datetime.fromisoformat(value)

@@ -1,10 +1,11 @@
--- nw.jobs embedded store, schema version 6 (SQLite, WAL mode). Every statement
+-- nw.jobs embedded store, schema version 7 (SQLite, WAL mode). Every statement
 -- is idempotent (IF NOT EXISTS): a file at an older version is upgraded by
 -- adding the columns it lacks (sqlite_upgrades.sql) and running the whole file
 -- again. Versions: 1 the first; 3 the console's (kind and finished indexes,
 -- spend_rollup); 4 adds limits, priorities and fair share (2 was that alone);
 -- 5 adds the spend policy (budgets, approval: new tables only); 6 parked
--- provider jobs (the parked table only).
+-- provider jobs (the parked table only); 7 pipelines (pipelines,
+-- pipeline_steps, job_edges: new tables only).
 -- jobs:   the index (membership authority); real columns for what is
 --         filtered, ordered or fenced, the rest of the record in `doc` (JSON).
 -- status: the au ComputationStore (single source of truth for run status);
@@ -151,3 +152,36 @@ CREATE TABLE IF NOT EXISTS parked (
     webhook     TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS parked_due ON parked (due_at);
+
+-- version 7: pipelines (nw/jobs/api/pipelines.py). A pipeline's row (its id
+-- is its spec's hash: a resubmission finds it), its steps' jobs by name, and
+-- job_edges: job_id waits on upstream_id (`step`: the upstream's step name,
+-- the key of its result in the dependent's `inputs`; `allow_failure`: runs
+-- even when that upstream fails or is cancelled). A waiting job is queued
+-- with no `queue_at`; the transaction that ends its last upstream sets it
+-- (nw/jobs/stores/pipelines_sqlite.py). The file's one writer decides, so no
+-- count of unmet upstreams is kept here (PostgreSQL keeps one: job_waits).
+CREATE TABLE IF NOT EXISTS pipelines (
+    pipeline_id TEXT PRIMARY KEY,
+    created_at  REAL NOT NULL,
+    label       TEXT,
+    actor_id    TEXT,
+    doc         TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS pipeline_steps (
+    pipeline_id TEXT NOT NULL,
+    step        TEXT NOT NULL,
+    job_id      TEXT NOT NULL,
+    PRIMARY KEY (pipeline_id, step)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS pipeline_steps_by_job ON pipeline_steps (job_id);
+
+CREATE TABLE IF NOT EXISTS job_edges (
+    upstream_id   TEXT NOT NULL,
+    job_id        TEXT NOT NULL,
+    step          TEXT,
+    allow_failure INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (upstream_id, job_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_edges_by_job ON job_edges (job_id);

@@ -39,6 +39,7 @@ from nw.jobs.web import (
     routes_hooks,
     routes_jobs,
     routes_metrics,
+    routes_pipelines,
     routes_summary,
     routes_tray,
     streams,
@@ -70,6 +71,7 @@ ROUTES = [
     *routes_metrics.routes,
     *routes_budgets.routes,
     *routes_hooks.routes,
+    *routes_pipelines.routes,
 ]
 
 

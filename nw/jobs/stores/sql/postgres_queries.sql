@@ -56,6 +56,13 @@ SELECT {{job_columns}}
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s;
 
+-- name: get_many
+-- Several jobs (a pipeline's steps, a fan-in's upstreams).
+SELECT {{job_columns}}
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
+  FROM nw_jobs.jobs j
+ WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[]);
+
 -- name: lock
 -- `create` found the job: lock its row to decide. After waiting for the lock,
 -- PostgreSQL re-reads the locked row, so liveness is decided from what the
@@ -692,6 +699,14 @@ WITH jb AS (
   DELETE FROM nw_jobs.spend_rollup WHERE project_id = %(project_id)s
 ), kb AS (
   DELETE FROM nw_jobs.parked WHERE project_id = %(project_id)s
+), plb AS (
+  DELETE FROM nw_jobs.pipelines WHERE project_id = %(project_id)s
+), psb AS (
+  DELETE FROM nw_jobs.pipeline_steps WHERE project_id = %(project_id)s
+), eb AS (
+  DELETE FROM nw_jobs.job_edges WHERE project_id = %(project_id)s
+), wb AS (
+  DELETE FROM nw_jobs.job_waits WHERE project_id = %(project_id)s
 )
 SELECT count(*) AS jobs FROM jb;
 

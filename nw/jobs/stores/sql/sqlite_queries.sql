@@ -62,6 +62,12 @@ SELECT {{job_columns}}
   FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
  WHERE j.job_id = :job_id;
 
+-- name: get_many
+-- Several jobs with their status entries (a pipeline's steps, a fan-in's upstreams).
+SELECT {{job_columns}}
+  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+ WHERE j.job_id IN (SELECT value FROM json_each(:job_ids));
+
 -- name: page
 -- Newest first (index jobs_by_created, walked from the cursor), with every
 -- optional filter: a null parameter filters nothing. :state is the job

@@ -707,6 +707,7 @@ function renderDetail(job) {
   const id = el("code", "id", job.job_id);
   pair(facts, "job", id);
   pair(facts, "kind", job.kind);
+  if (job.pipeline_id) pair(facts, "pipeline", pipelineLink(job)); // pipeline.js
   pair(facts, "actor", job.actor ? [job.actor.handle, job.actor.id].filter(Boolean).join(" · ") : "—");
   pair(facts, "project", job.project);
   pair(facts, "created", when(job.created_at));
@@ -845,6 +846,9 @@ function route() {
   if (hash.startsWith("job=")) {
     view = "job";
     arg = decodeURIComponent(hash.slice(4));
+  } else if (hash.startsWith("pipeline=")) {
+    view = "pipeline";
+    arg = decodeURIComponent(hash.slice("pipeline=".length));
   } else if (hash.startsWith("history")) {
     view = "history";
     arg = hash.slice("history".length).replace(/^\?/, "");
@@ -864,7 +868,7 @@ function show(view, arg) {
   currentView = view;
   // "back" from a job returns to the list it was opened from (tray, history, workers).
   if (view !== "job") document.getElementById("back").href = location.hash || "#";
-  for (const name of ["tray", "history", "workers", "job"]) {
+  for (const name of ["tray", "history", "workers", "job", "pipeline"]) {
     document.getElementById(`view-${name}`).hidden = name !== view;
   }
   for (const a of document.querySelectorAll(".tabs a")) {
@@ -876,6 +880,8 @@ function show(view, arg) {
   }
   clearInterval(workersTimer);
   workersTimer = null;
+  if (view === "pipeline") openPipeline(arg); // pipeline.js
+  else closePipeline();
   if (view === "job") openJob(arg);
   if (view === "history") {
     applyHistoryHash(arg);

@@ -1,0 +1,111 @@
+"""``retry_pipeline`` (and ``retry_job`` of a pipeline's step): new runs of
+the steps that did not succeed, re-linked to their upstreams in one
+``create_many``; what succeeded is neither run nor paid again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nw.errors import InvalidValue
+from nw.jobs.api import budgets
+from nw.jobs.api.console import new_run
+from nw.jobs.api.handles import ProjectLike
+from nw.jobs.api.pipelines import get_pipeline, linker
+from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
+from nw.jobs.core.pipelines import AFTER_FIELD, PIPELINE_FIELD, STEP_FIELD, Edge, Pipeline
+from nw.jobs.core.records import JobRow, to_job
+from nw.jobs.stores import shared_store
+from nw.jobs.stores.pipelines import Links
+from nw.project import Project, as_project
+
+
+def retry_pipeline(
+    project: ProjectLike,
+    pipeline_id: str,
+    *,
+    steps: Sequence[str] | None = None,
+    approved: bool = False,
+    config: JobsConfig = DEFAULT_CONFIG,
+) -> Pipeline | None:
+    """Run again what did not succeed: the failed and cancelled steps (or, with
+    ``steps``, those among the named steps and the steps below them) as new
+    runs (``retry_job``'s), through the stored budgets as a whole; succeeded
+    steps are not run again (their results are the new runs' ``inputs``), live
+    ones are left alone. A step whose upstreams have all succeeded is
+    claimable at once, the others wait as before. None when unknown."""
+    proj = as_project(project)
+    got = get_pipeline(proj, pipeline_id, config=config)
+    if got is None:
+        return None
+    chosen = _below(got, steps)
+    redo = [
+        s for s in got.steps if s.name in chosen and s.job.status.value in ("failed", "cancelled")
+    ]
+    if not redo:
+        return got
+    store = shared_store(proj, config, create=True)
+    by_name = {s.name: s for s in got.steps}
+    now = config.clock()
+    records, quotes = [], []
+    for s in redo:
+        row = store.get(s.job.job_id)
+        assert row is not None
+        record, quote = new_run(proj, store, row, config)
+        for name in (PIPELINE_FIELD, STEP_FIELD, AFTER_FIELD):
+            record[name] = row.record.get(name)
+        records.append(record)
+        quotes.append(quote)
+    roots = [all(by_name[u].job.status.value == "succeeded" for u in s.after) for s in redo]
+    for record, root in zip(records, roots, strict=True):
+        if root and record.get(AFTER_FIELD):
+            record["released_at"] = now  # its upstreams succeeded before: free at once
+    waiting = [s.job.job_id for s, root in zip(redo, roots, strict=True) if not root]
+    edges = [
+        Edge(by_name[u].job.job_id, s.job.job_id, u, u in s.allow_failure)
+        for s in redo
+        for u in s.after
+    ]
+    admit = budgets.admit_batch(
+        None,
+        store,
+        quotes,
+        [budgets.who_of(s.job.actor, s.job.kind) for s in redo],
+        [f"step {s.name!r}" for s in redo],
+        approved=approved,
+        config=config,
+        now=now,
+    )
+    links = Links(pipeline=None, steps=(), edges=edges, waiting=waiting, now=now)
+    store.create_many(records, claimable=roots, admit=admit, also=linker(store, links))
+    if links.released:
+        store.wake_workers()
+    return get_pipeline(proj, pipeline_id, config=config)
+
+
+def retry_step(proj: Project, row: JobRow, *, approved: bool, config: JobsConfig) -> Job:
+    """``retry_job`` of a pipeline's failed or cancelled step: it and the steps
+    below it that did not succeed run again (``retry_pipeline``)."""
+    pipeline_id, step = str(row.record["pipeline_id"]), str(row.record.get("step"))
+    retry_pipeline(proj, pipeline_id, steps=[step], approved=approved, config=config)
+    store = shared_store(proj, config, create=True)
+    fresh = store.get(row.record["job_id"]) or row
+    return to_job(fresh, config.clock(), config)
+
+
+def _below(got: Pipeline, names: Sequence[str] | None) -> set[str]:
+    """The named steps and every step below them (all steps when None)."""
+    every = {s.name for s in got.steps}
+    if names is None:
+        return every
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        raise InvalidValue(f"pipeline {got.pipeline_id} has no step {unknown[0]!r}")
+    chosen = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for s in got.steps:
+            if s.name not in chosen and any(u in chosen for u in s.after):
+                chosen.add(s.name)
+                changed = True
+    return chosen

@@ -1,0 +1,150 @@
+"""The stores' side of pipelines, called directly on both backends: links
+written with a create, a dependent released by the end of its last upstream
+(exactly once, also when two upstreams end at once in separate transactions),
+a failure cancelling what waits below it (and ``allow_failure`` releasing),
+and a finish written twice releasing nothing more."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from au import ComputationStatus
+
+from nw.jobs.core.model import JobsConfig
+from nw.jobs.core.pipelines import Edge
+from nw.jobs.core.records import to_job
+from nw.jobs.stores.pipelines import Links, pipelines_of
+from tests.contract.test_store_contract import record
+
+KIND = "pipe"
+
+
+def jid() -> str:
+    return uuid.uuid4().hex + uuid.uuid4().hex
+
+
+def linked(store, shape: dict[str, list[tuple[str, bool]]]) -> dict[str, str]:
+    """Jobs for ``shape`` (step -> [(upstream step, allow_failure)]) in one
+    create: the roots claimable, the others waiting on their upstreams."""
+    ids = {name: jid() for name in shape}
+    now = time.time()
+    records = [
+        record(
+            ids[n],
+            kind=KIND,
+            at=now,
+            step=n,
+            after=[{"job_id": ids[u], "step": u, "allow_failure": a} for u, a in shape[n]],
+        )
+        for n in shape
+    ]
+    edges = [Edge(ids[up], ids[n], up, allow) for n, ups in shape.items() for up, allow in ups]
+    links = Links(
+        pipeline=None,
+        steps=(),
+        edges=edges,
+        waiting=[ids[n] for n, ups in shape.items() if ups],
+        now=now,
+    )
+    store.create_many(
+        records,
+        claimable=[not shape[n] for n in shape],
+        also=pipelines_of(store).linker(links),
+    )
+    return ids
+
+
+def claim_all(store) -> set[str]:
+    return {
+        r.record["job_id"]
+        for r in store.claim([KIND], now=time.time() + 1, runner_id="t", limit=100)
+    }
+
+
+def end(store, row, status=ComputationStatus.COMPLETED) -> bool:
+    return store.finish(
+        row.record["job_id"],
+        au_status=status,
+        result={"done": row.record["job_id"]} if status is ComputationStatus.COMPLETED else None,
+        error=None if status is ComputationStatus.COMPLETED else "broke",
+        fields={"finished_at": time.time()},
+        attempt=row.record["attempt"],
+    )
+
+
+def test_a_dependent_waits_for_every_upstream_and_is_released_once(store):
+    ids = linked(store, {"a": [], "b": [], "c": [("a", False), ("b", False)]})
+    assert claim_all(store) == {ids["a"], ids["b"]}  # c is not claimable yet
+    got = store.get_many([ids["a"], ids["c"], jid(), ids["a"]])  # one read of several
+    assert set(got) == {ids["a"], ids["c"]} and got[ids["c"]].record["step"] == "c"
+    a, b = store.get(ids["a"]), store.get(ids["b"])
+    assert end(store, a)
+    assert claim_all(store) == set()  # b has not ended
+    waiting = to_job(store.get(ids["c"]), time.time(), JobsConfig())
+    assert waiting.waiting == "waiting: after a, b"  # what a list or a show says of it
+    assert end(store, b) and end(store, b)  # written twice: released once, not twice
+    released = to_job(store.get(ids["c"]), time.time(), JobsConfig())
+    assert released.waiting is None and released.after == [ids["a"], ids["b"]]
+    assert claim_all(store) == {ids["c"]}
+    assert claim_all(store) == set()
+
+
+def test_two_upstreams_ending_at_once_release_their_dependent(store):
+    """Each upstream's end in its own transaction, at the same moment: the
+    one that ends last must see the other's, or the dependent waits forever."""
+    if hasattr(store, "project_id"):  # a second handle: its own connection and group commit
+        from nw.jobs.stores.postgres import PostgresJobStore
+
+        other = PostgresJobStore(store.db.url, store.project_id)
+    else:
+        from nw.jobs.stores.sqlite import SqliteJobStore
+
+        other = SqliteJobStore(store.path)
+    for _ in range(10):
+        ids = linked(store, {"a": [], "b": [], "c": [("a", False), ("b", False)]})
+        claim_all(store)
+        rows = [store.get(ids["a"]), store.get(ids["b"])]
+        start = threading.Barrier(2)
+
+        def finish(handle, row, start):
+            start.wait()
+            end(handle, row)
+
+        threads = [
+            threading.Thread(target=finish, args=(h, r, start))
+            for h, r in zip((store, other), rows, strict=True)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert claim_all(store) == {ids["c"]}
+
+
+def test_a_failure_cancels_what_waits_below_it_unless_allowed(store):
+    shape = {
+        "a": [],
+        "b": [("a", False)],
+        "c": [("b", False)],
+        "d": [("a", True)],  # runs anyway
+        "e": [("c", True)],  # c is cancelled: e runs anyway
+    }
+    ids = linked(store, shape)
+    assert claim_all(store) == {ids["a"]}
+    assert end(store, store.get(ids["a"]), ComputationStatus.FAILED)
+    for name in ("b", "c"):
+        row = store.get(ids[name])
+        assert row.status.value == "cancelled"
+        assert row.record["error"] == "cancelled: upstream step 'a' failed"
+        assert row.record["error_kind"] == "cancelled" and row.record["finished_at"]
+    assert claim_all(store) == {ids["d"], ids["e"]}
+
+
+def test_a_cancelled_waiting_job_cancels_its_dependents(store):
+    ids = linked(store, {"a": [], "b": [("a", False)], "c": [("b", False)]})
+    store.request_cancel(ids["b"], now=time.time())
+    row = store.get(ids["c"])
+    assert row.status.value == "cancelled"
+    assert row.record["error"] == "cancelled: upstream step 'b' was cancelled"
