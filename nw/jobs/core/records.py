@@ -314,6 +314,8 @@ def _parked(info: Mapping[str, Any]) -> dict[str, Any]:
         "since": _iso(info.get("since")),
         "deadline_at": _iso(info.get("deadline_at")),
     }
+
+
 def _upstream_wait(rec: Mapping[str, Any], status: str) -> str | None:
     """``waiting: after storyboard`` for a queued job whose upstreams have not
     released it yet (``after`` and no ``released_at``; nw/jobs/api/pipelines.py)."""

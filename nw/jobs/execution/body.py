@@ -67,6 +67,8 @@ def _wants_webhook(fn: Callable) -> bool:
     """The body declares ``webhook_url`` (by name: ``**kwargs`` is not asked for one)."""
     accepts = _declared(fn)
     return accepts is not None and "webhook_url" in accepts
+
+
 def _wants_inputs(fn: Callable) -> bool:
     declared = _declared(fn)
     return declared is None or "inputs" in declared

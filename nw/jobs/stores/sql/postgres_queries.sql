@@ -59,7 +59,6 @@ SELECT {{job_columns}}
 -- name: get_many
 -- Several jobs (a pipeline's steps, a fan-in's upstreams).
 SELECT {{job_columns}}
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM nw_jobs.jobs j
  WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[]);
 
