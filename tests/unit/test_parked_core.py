@@ -66,3 +66,17 @@ def test_a_park_remembers_the_request_so_a_retry_reattaches():
     moved = parked.pending_fields(info, Pending(position=2, eta_s=30), now=101.0)
     assert moved is not None and moved["parked"]["position"] == 2
     assert parked.eta_of(moved["parked"], 111.0) == 20.0
+
+
+def test_a_poll_without_an_estimate_keeps_the_learned_eta():
+    # Given a job parked with the provider phase's learned ETA (at 100 + 30 s)
+    info = {**parked.park_fields(Submitted("req"), now=100.0, webhook=False)["parked"]}
+    info["eta_at"] = 130.0
+    # When a poll says only where it is in the queue
+    moved = parked.pending_fields(info, Pending(position=3), now=110.0)
+    # Then the queue position is shown and the learned ETA stays
+    assert moved is not None and moved["parked"]["position"] == 3
+    assert parked.eta_of(moved["parked"], 110.0) == 20.0
+    # And a provider's own estimate, when it gives one, replaces it
+    told = parked.pending_fields(moved["parked"], Pending(position=1, eta_s=5), now=112.0)
+    assert told is not None and parked.eta_of(told["parked"], 112.0) == 5.0

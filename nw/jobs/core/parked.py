@@ -129,8 +129,12 @@ def pending_fields(
     """The ``parked`` field after a poll said ``pending``; None when nothing it shows changed."""
     if pending is None:
         return None
-    eta_at = None if pending.eta_s is None else round(now + float(pending.eta_s), 1)
-    if parked.get("position") == pending.position and parked.get("eta_at") == eta_at:
+    # The provider's own estimate when it gives one; else the one the job has
+    # (the learned provider phase, set at the park): a poll that says only
+    # where the job is in the queue does not make its ETA unknown.
+    kept = parked.get("eta_at")
+    eta_at = kept if pending.eta_s is None else round(now + float(pending.eta_s), 1)
+    if parked.get("position") == pending.position and kept == eta_at:
         return None
     return {PARKED_FIELD: {**parked, "position": pending.position, "eta_at": eta_at}}
 
