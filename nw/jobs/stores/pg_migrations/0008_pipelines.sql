@@ -21,6 +21,12 @@
 -- every waiting job below it through edges without `allow_failure` is
 -- cancelled in one statement, saying which upstream step stopped it. Release,
 -- cancel and fan-in are decided there: no process polls a waiting job.
+-- jobs.has_dependents: set on a job when another is linked to wait on it
+--   (put_edges), so the settle trigger's WHEN skips every other job's end
+--   without calling its function (a row trigger's call on each finish cost
+--   the drain about a tenth of its rate on a 2-core machine).
+ALTER TABLE nw_jobs.jobs ADD COLUMN IF NOT EXISTS has_dependents boolean NOT NULL DEFAULT false;
+
 CREATE TABLE IF NOT EXISTS nw_jobs.pipelines (
     project_id  text             NOT NULL,
     pipeline_id text             NOT NULL,
@@ -133,5 +139,6 @@ $$;
 DROP TRIGGER IF EXISTS jobs_settle_dependents ON nw_jobs.jobs;
 CREATE TRIGGER jobs_settle_dependents
     AFTER UPDATE OF finished_at ON nw_jobs.jobs
-    FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL)
+    FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL
+                       AND NEW.has_dependents)
     EXECUTE FUNCTION nw_jobs.settle_dependents();

@@ -16,12 +16,20 @@ SELECT %(project_id)s, %(pipeline_id)s, x.step, x.job_id
 ON CONFLICT DO NOTHING;
 
 -- name: put_edges
--- %(edges)s is a JSON array of {upstream_id, job_id, step, allow_failure}.
-INSERT INTO nw_jobs.job_edges (project_id, upstream_id, job_id, step, allow_failure)
-SELECT %(project_id)s, x.upstream_id, x.job_id, x.step, coalesce(x.allow_failure, false)
-  FROM jsonb_to_recordset(%(edges)s::jsonb)
+-- %(edges)s is a JSON array of {upstream_id, job_id, step, allow_failure}; each
+-- upstream is marked `has_dependents` (the settle trigger fires for those only).
+WITH x AS (
+  SELECT * FROM jsonb_to_recordset(%(edges)s::jsonb)
     AS x(upstream_id text, job_id text, step text, allow_failure boolean)
-ON CONFLICT DO NOTHING;
+), e AS (
+  INSERT INTO nw_jobs.job_edges (project_id, upstream_id, job_id, step, allow_failure)
+  SELECT %(project_id)s, x.upstream_id, x.job_id, x.step, coalesce(x.allow_failure, false)
+    FROM x
+  ON CONFLICT DO NOTHING
+)
+UPDATE nw_jobs.jobs j SET has_dependents = true
+ WHERE j.project_id = %(project_id)s AND NOT j.has_dependents
+   AND j.job_id IN (SELECT x.upstream_id FROM x);
 
 -- name: upstream_states
 -- The upstreams of a create's new waiting jobs, locked (FOR SHARE: an
