@@ -80,3 +80,23 @@ def test_a_poll_without_an_estimate_keeps_the_learned_eta():
     # And a provider's own estimate, when it gives one, replaces it
     told = parked.pending_fields(moved["parked"], Pending(position=1, eta_s=5), now=112.0)
     assert told is not None and parked.eta_of(told["parked"], 112.0) == 5.0
+
+
+def test_a_parked_jobs_eta_follows_its_place_in_the_providers_queue():
+    # Given a job parked 4th in the queue, the provider phase learned at 50 s
+    info = {**parked.park_fields(Submitted("req", position=4), now=100.0, webhook=False)["parked"]}
+    info |= {"eta_at": 150.0, "provider_s": 50.0}
+    # When a poll says it moved to 1st (no estimate of the provider's own)
+    moved = parked.pending_fields(info, Pending(position=1), now=120.0)
+    # Then the ETA is the share of the phase the queue has left: 50 * 2/5 = 20 s
+    assert moved is not None and parked.eta_of(moved["parked"], 120.0) == 20.0
+    # And running there (position 0), one place's share: 50 * 1/5 = 10 s
+    running = parked.pending_fields(moved["parked"], Pending(position=0), now=130.0)
+    assert running is not None and parked.eta_of(running["parked"], 130.0) == 10.0
+    # And a queue that has not moved keeps the whole phase ahead
+    stuck = parked.pending_fields(info, Pending(position=4), now=140.0)
+    assert stuck is not None and parked.eta_of(stuck["parked"], 140.0) == 50.0
+    # Without a learned phase there is no queue estimate (the position is shown)
+    unknown = {**info, "provider_s": None, "eta_at": None}
+    shown = parked.pending_fields(unknown, Pending(position=2), now=120.0)
+    assert shown is not None and parked.eta_of(shown["parked"], 120.0) is None

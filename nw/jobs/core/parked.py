@@ -117,6 +117,7 @@ def park_fields(submitted: Submitted, *, now: float, webhook: bool) -> dict[str,
             "position": submitted.position,
             "deadline_at": deadline_at,
             "webhook": webhook,
+            "start_position": submitted.position,
             "eta_at": None,
         },
         "resume": {"request_id": submitted.request_id, "provider": submitted.provider},
@@ -129,14 +130,41 @@ def pending_fields(
     """The ``parked`` field after a poll said ``pending``; None when nothing it shows changed."""
     if pending is None:
         return None
-    # The provider's own estimate when it gives one; else the one the job has
-    # (the learned provider phase, set at the park): a poll that says only
-    # where the job is in the queue does not make its ETA unknown.
     kept = parked.get("eta_at")
-    eta_at = kept if pending.eta_s is None else round(now + float(pending.eta_s), 1)
+    start = parked.get("start_position")
+    if start is None and pending.position is not None:
+        start = pending.position  # the first position the job was told
+    eta_at = kept  # a poll that says nothing new does not make the ETA unknown
+    if pending.eta_s is not None:  # the provider's own estimate
+        eta_at = round(now + float(pending.eta_s), 1)
+    else:
+        by_queue = queue_eta_s(parked.get("provider_s"), start, pending.position)
+        if by_queue is not None:
+            eta_at = round(now + by_queue, 1)
     if parked.get("position") == pending.position and kept == eta_at:
         return None
-    return {PARKED_FIELD: {**parked, "position": pending.position, "eta_at": eta_at}}
+    return {
+        PARKED_FIELD: {
+            **parked,
+            "position": pending.position,
+            "start_position": start,
+            "eta_at": eta_at,
+        }
+    }
+
+
+def queue_eta_s(provider_s: Any, start: Any, position: Any) -> float | None:
+    """Seconds left by the queue: the learned provider phase (park to result,
+    ``provider_s``, learned from jobs parked at about ``start`` in the queue)
+    scaled by how much of the queue is left, ``(position + 1) / (start + 1)``.
+    At the park it is the whole phase; running at the provider (position 0)
+    it is one place's share of it; a queue that does not move keeps it where it
+    is. None without a learned phase or a position."""
+    if not _number(provider_s) or not isinstance(position, int) or isinstance(position, bool):
+        return None
+    first = start if isinstance(start, int) and not isinstance(start, bool) else position
+    first = max(first, position)
+    return float(provider_s) * (position + 1) / (first + 1)
 
 
 def next_poll_in(polls: int, *, webhook: bool, pending: Pending | None = None) -> float:

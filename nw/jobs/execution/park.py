@@ -61,6 +61,7 @@ def park_attempt(
     learned = learned_provider_s(store, record, config)
     if learned is not None:
         fields[parked.PARKED_FIELD]["eta_at"] = round(now + learned, 1)
+        fields[parked.PARKED_FIELD]["provider_s"] = round(learned, 3)
     deadline = fields[parked.PARKED_FIELD]["deadline_at"]
     due = now + parked.next_poll_in(0, webhook=webhook)
     if deadline is not None:
