@@ -200,6 +200,27 @@ def test_retry_runs_again_only_what_did_not_succeed(project, cfg, worker, tmp_pa
     assert len(ran(log)) == 4
 
 
+def test_a_bulk_retry_runs_a_stopped_step_after_its_upstream_again(project, cfg, worker, tmp_path):
+    # Given a pipeline whose middle step failed and stopped the step after it
+    log, ok = tmp_path / "ran.log", tmp_path / "ok"
+    steps = {
+        "board": step("board", log),
+        "panel": step("panel", log, kind="p.fail", after=["board"], ok_file=str(ok)),
+        "anim": step("anim", log, after=["panel"]),
+    }
+    p = jobs.enqueue_pipeline(project, steps, config=cfg)
+    assert ended(project, cfg, p.pipeline_id).status == "failed"
+    ok.touch()  # the cause is fixed
+    # When the operator retries every cancelled job in bulk (the stopped step only)
+    again = jobs.retry_jobs(project, status="cancelled", config=cfg)
+    assert [j.job_id for j in again] == [p.step("anim").job.job_id]
+    # Then the step waits on its upstream again, which runs first: the stopped
+    # step never runs before what it comes after (nor without its inputs)
+    jobs.retry_jobs(project, status="failed", config=cfg)
+    assert ended(project, cfg, p.pipeline_id).status == "succeeded"
+    assert ran(log) == ["board", "panel", "panel", "anim"]
+
+
 def test_the_whole_pipeline_is_gated_against_the_budget(project, cfg, tmp_path):
     jobs.enqueue(project, "p.step", {"name": "before"}, config=cfg)
     paid = {"estimated_usd": 0.5}

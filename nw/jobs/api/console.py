@@ -77,7 +77,11 @@ def retry_jobs(
     """Retry every job with ``status`` (failed or cancelled), of ``kind`` when
     given, that finished at or after ``since`` (epoch seconds or an aware
     datetime). Under a budget the batch is gated as a whole first (so it is
-    refused whole, never half-queued), then each job as it is created."""
+    refused whole, never half-queued), then each job as it is created. A
+    pipeline's steps among them are retried as ``retry_job`` retries one, by
+    their pipeline (``retry_pipeline`` of those steps: the steps below them
+    re-armed, each step waiting on its upstreams again), one pipeline at a time
+    after the other jobs, each through the cost gate as a whole."""
     if status not in RETRYABLE:
         raise InvalidValue(f"status must be one of {', '.join(RETRYABLE)}, got {status!r}")
     kind = check_text(kind, "kind")
@@ -93,6 +97,29 @@ def retry_jobs(
     ]
     if not rows:
         return []
+    steps: dict[str, list[str]] = {}  # pipeline id -> its steps to retry
+    step_ids = []
+    for row in rows:
+        if row.record.get("pipeline_id"):
+            steps.setdefault(str(row.record["pipeline_id"]), []).append(str(row.record.get("step")))
+            step_ids.append(str(row.record["job_id"]))
+    rows = [row for row in rows if not row.record.get("pipeline_id")]
+    retried = _retry_jobs(proj, store, rows, approved=approved, config=config) if rows else []
+    if steps:
+        from nw.jobs.api.pipeline_retry import retry_pipeline
+
+        for pipeline_id, names in steps.items():
+            retry_pipeline(proj, pipeline_id, steps=names, approved=approved, config=config)
+        fresh = shared_store(proj, config, create=True).get_many(step_ids)
+        now = config.clock()
+        retried += [to_job(fresh[j], now, config) for j in step_ids if j in fresh]
+    return retried
+
+
+def _retry_jobs(
+    proj: Project, store: JobStore, rows: list[JobRow], *, approved: bool, config: JobsConfig
+) -> list[Job]:
+    """``retry_jobs`` of jobs outside any pipeline: gated as a whole, then each."""
     runs = [_new_run(proj, store, row, config) for row in rows]
     if config.budget_usd is not None:
         quotes = [quote.estimated_usd for _, quote in runs]
