@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help=f"project folder; repeat for several (default: ${PROJECT_ENV}, else .)",
     )
+    imports = argparse.ArgumentParser(add_help=False)  # a kind's module, imported first
+    imports.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first (it registers kinds)",
+    )
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -119,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running", type=int, help="at most N jobs of the key at once")
     p.add_argument("--per-second", type=int, help="at most N starts in any one second")
 
-    p = add("enqueue", cmd_enqueue, "queue a job of a registered kind (or a batch)", [one, as_json])
+    about = "queue a job of a registered kind (or a batch)"
+    p = add("enqueue", cmd_enqueue, about, [one, as_json, imports])
     p.add_argument("kind", nargs="?", help="the job kind, e.g. panel.animate")
     p.add_argument("--params", help="the render params as a JSON object ({})")
     p.add_argument("--label", help="a label for the job")
@@ -129,31 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a JSON array of items ([kind, params] or {kind, params, ...}); - for stdin",
     )
     p.add_argument("--approved", action="store_true", help="approve an unknown or large cost")
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        metavar="MODULE",
-        help="import MODULE first (it registers kinds)",
-    )
 
-    p = add("estimate", cmd_estimate, "dry-run cost gate for a render", [one, as_json])
+    p = add("estimate", cmd_estimate, "dry-run cost gate for a render", [one, as_json, imports])
     p.add_argument("kind", help="the job kind, e.g. panel.animate")
     p.add_argument("--params", default="{}", help="the render params as a JSON object")
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        metavar="MODULE",
-        help="import MODULE first (it registers kinds)",
-    )
 
     p = add(
         "spend", cmd_spend, "spend today and this week by kind and actor; counts", [one, as_json]
     )
     budget.add_accuracy_options(p, cmd_spend)
     budget.add_parsers(add, [one, as_json])
-    pipelines.add_parsers(add, [one, as_json])
+    pipelines.add_parsers(add, [one, as_json, imports])
 
     add("workers", cmd_workers, "the workers announced for this project", [one, as_json])
 

@@ -29,13 +29,6 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser], parents: list) -> N
     p.add_argument("--label", help="run: the pipeline's label")
     p.add_argument("--actor", help="run: who asked (an actor id)")
     p.add_argument("--approved", action="store_true", help="run: approve its cost")
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        metavar="MODULE",
-        help="import MODULE first (it registers kinds)",
-    )
 
 
 def _steps(target: str) -> Any:

@@ -70,15 +70,10 @@ class JobReads(Protocol):
     def get(self, job_id: str) -> JobRow | None:
         """The job's record and status entry, or None if it is not in the index."""
 
+    @abstractmethod
     def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
         """The rows of these jobs (those in the index), by job id: a pipeline's
         steps, a fan-in's upstreams. A backend reads them in one query."""
-        out = {}
-        for job_id in dict.fromkeys(job_ids):
-            row = self.get(job_id)
-            if row is not None:
-                out[job_id] = row
-        return out
 
     @abstractmethod
     def page(

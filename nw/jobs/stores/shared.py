@@ -96,7 +96,6 @@ class SharedStore(JobStore):
         return None if r is None else self._row(r)
 
     def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
-        """See ``JobReads.get_many``: one query however many."""
         rows = self._all("get_many", {"job_ids": self._to_list(list(dict.fromkeys(job_ids)))})
         return {r["job_id"]: self._row(r) for r in rows}
 
