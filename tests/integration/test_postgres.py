@@ -540,6 +540,7 @@ def test_what_lost_claims_took_is_read_until_it_is_put_back(two_queued, monkeypa
 
 
 def test_a_refill_whose_statement_fails_is_answered_after_the_finishes_are_written(pg_url):
+    from nw.jobs.stores.columns import patch_values
     from nw.jobs.stores.postgres import PostgresJobStore
     from nw.jobs.stores.roles import Refill
 
@@ -561,7 +562,7 @@ def test_a_refill_whose_statement_fails_is_answered_after_the_finishes_are_writt
         )
 
         def item(rec, error):
-            cols, doc = store._patch_fields({"finished_at": 1_800_000_001.0})
+            cols, doc = patch_values({"finished_at": 1_800_000_001.0})
             return {"job_id": rec["job_id"], "attempt": rec["attempt"], "au_status": "failed",
                     "value": None, "error": error, "cols": cols, "doc": doc}  # fmt: skip
 

@@ -117,13 +117,6 @@ def patched_alone(engine: str) -> tuple[str, ...]:
     return tuple(c.name for c in DECLARED if c.patch == "alone" and engine in c.engines)
 
 
-def split_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the record's own column values, its doc fields)."""
-    cols = {c.name: c.value(record) for c in DECLARED if c.in_record}
-    doc = {k: v for k, v in record.items() if k not in COLUMNS}
-    return cols, doc
-
-
 def row_values(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(every column's value, derived ones included; the doc fields) of a whole
     record: what ``create``, ``create_many`` and ``put_record`` write."""

@@ -171,11 +171,6 @@ class PgBase(SharedStore):
             record[name] = r[name]
         return JobRow(record, r["status"], r["value"], r["error"])
 
-    @staticmethod
-    def _patch_fields(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(column fields, doc fields) of a patch (``columns.patch_values``)."""
-        return patch_values(fields)
-
     def _patch_args(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         cols, doc = patch_values(fields)
         return {"cols": _jsonb(cols), "doc": _jsonb(doc)}

@@ -17,6 +17,7 @@ from nw.jobs.core.storable import storable_fields
 from nw.jobs.stores.base import (
     as_stored,
 )
+from nw.jobs.stores.columns import patch_values
 from nw.jobs.stores.pg_base import Q, _dumps, _jsonb, log
 from nw.jobs.stores.pg_claims import PgClaims
 from nw.jobs.stores.pg_database import Conn, one
@@ -58,7 +59,7 @@ class PgFinishes(PgClaims):
         if self.read_only:
             raise JobStoreError("this job store was opened read-only")
         result, error, fields = as_stored(job_id, result, error, fields)
-        cols, doc = self._patch_fields(fields)
+        cols, doc = patch_values(fields)
         _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
         return {
             "job_id": job_id,
