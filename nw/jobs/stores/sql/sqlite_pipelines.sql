@@ -4,6 +4,14 @@
 -- a create's (the links of new jobs) and a job's end (`settle`: release
 -- the dependents whose last upstream just ended, cancel the ones it stops).
 
+-- fragment: release_due
+-- A released job's `queue_at` (job `j`): due at :now or at its not_before,
+-- for a worker to claim; none for a step whose body runs in the process that
+-- enqueued it (`runner` inproc, formerly local): that process starts it
+-- (nw/jobs/execution/step_waits.py), no worker may claim it.
+CASE WHEN j.doc ->> 'runner' IN ('inproc', 'local') THEN NULL
+     ELSE max(:now, coalesce(j.doc ->> 'not_before', 0)) END
+
 -- name: put_pipeline
 INSERT OR IGNORE INTO pipelines (pipeline_id, created_at, label, actor_id, doc)
 VALUES (:pipeline_id, :created_at, :label, :actor_id, :doc);
@@ -48,8 +56,7 @@ SELECT j.finished_at IS NOT NULL AS finished,
 -- count is kept: the dependents' upstreams are read. Only waiting jobs move
 -- (queued, never claimable yet, not started, not cancelled).
 UPDATE status
-   SET queue_at = max(:now, coalesce((SELECT json_extract(j.doc, '$.not_before') FROM jobs j
-                                       WHERE j.job_id = status.job_id), 0))
+   SET queue_at = (SELECT {{release_due}} FROM jobs j WHERE j.job_id = status.job_id)
  WHERE job_id IN (SELECT e.job_id FROM job_edges e
                    WHERE e.upstream_id IN (SELECT value FROM json_each(:ids)))
    AND status = 'pending' AND queue_at IS NULL
@@ -106,7 +113,6 @@ SELECT pipeline_id, step FROM pipeline_steps WHERE job_id = :job_id LIMIT 1;
 -- name: release_ids
 -- A create's new waiting jobs whose upstreams had all ended well already.
 UPDATE status
-   SET queue_at = max(:now, coalesce((SELECT json_extract(j.doc, '$.not_before') FROM jobs j
-                                       WHERE j.job_id = status.job_id), 0))
+   SET queue_at = (SELECT {{release_due}} FROM jobs j WHERE j.job_id = status.job_id)
  WHERE job_id IN (SELECT value FROM json_each(:ids)) AND status = 'pending' AND queue_at IS NULL
 RETURNING job_id;
