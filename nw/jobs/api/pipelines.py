@@ -140,10 +140,8 @@ def estimate_pipeline(
     plan = _Plan(proj, steps, label=None, actor=None, config=config)
     total = plan.total()
     store = shared_store(proj, config, create=False)
-    policy = budgets.policy_of(store)
-    needs = total.requires_approval(config) or (
-        policy.mode == "required" and policy.requires_approval(total.estimated_usd, config)
-    )
+    policy = budgets.policy_of(store)  # the stored threshold, as ``estimate`` reads it
+    needs = policy.requires_approval(total.estimated_usd, config)
     predicted: dict[str, float | None] = {}
     priors: list[str] = []
     for name in plan.order:
