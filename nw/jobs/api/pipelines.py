@@ -15,7 +15,7 @@ store releases and cancels them in the transaction that ends an upstream
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from nw.jobs.api import budgets, costing
@@ -144,12 +144,8 @@ def estimate_pipeline(
     needs = policy.requires_approval(total.estimated_usd, config)
     predicted: dict[str, float | None] = {}
     priors: list[str] = []
-    for name in plan.order:
-        item = plan.items[name]
-        eplan = eta.eta_plan(item.params, item.units, config)
-        samples = (
-            store.samples(eta.sample_keys(eplan), window=config.sample_window_k) if store else {}
-        )
+    eplans, samples = _learned(plan, store, config)
+    for name, eplan in zip(plan.order, eplans, strict=True):
         fields = eta.prediction_fields(eplan, samples, config)
         predicted[name] = fields.get("eta_p50")
         if fields.get("eta_confidence") in (None, "prior"):
@@ -261,7 +257,8 @@ def enqueue_pipeline(
         waiting=[plan.job_ids[n] for n, root in zip(plan.order, roots, strict=True) if not root],
         now=now,
     )
-    store.create_many(records, claimable=roots, admit=admit_all, also=linker(store, links))
+    linker = pipelines_of(store).linker(links)
+    store.create_many(records, claimable=roots, admit=admit_all, also=linker)
     if links.released:
         store.wake_workers()
     got = get_pipeline(proj, plan.pipeline_id, config=config)
@@ -269,17 +266,11 @@ def enqueue_pipeline(
     return Pipeline(**{**got.__dict__, "created": True})
 
 
-def linker(store: JobStore, links: Links) -> Callable[[Any], None]:
-    return pipelines_of(store).linker(links)
-
-
 def _records(plan: _Plan, store: JobStore, config: JobsConfig) -> list[dict[str, Any]]:
     """Each step's queued record, tied to the pipeline (``pipeline_id``, ``step``,
     ``after``: the upstream jobs and their step names)."""
     items = [plan.items[name] for name in plan.order]
-    eplans = [eta.eta_plan(item.params, item.units, config) for item in items]
-    keys = list(dict.fromkeys(k for p in eplans for k in eta.sample_keys(p)))
-    samples = store.samples(keys, window=config.sample_window_k) if keys else {}
+    eplans, samples = _learned(plan, store, config)
     out = []
     for name, item, eplan in zip(plan.order, items, eplans, strict=True):
         record = record_of(item, eplan, samples, None, config)
@@ -291,6 +282,18 @@ def _records(plan: _Plan, store: JobStore, config: JobsConfig) -> list[dict[str,
         ]
         out.append(record)
     return out
+
+
+def _learned(
+    plan: _Plan, store: JobStore | None, config: JobsConfig
+) -> tuple[list[eta.EtaPlan], dict[str, list[float]]]:
+    """Each step's ETA plan, in order, and the durations learned for all of
+    them, read in one query (none without a store)."""
+    items = [plan.items[name] for name in plan.order]
+    eplans = [eta.eta_plan(item.params, item.units, config) for item in items]
+    keys = list(dict.fromkeys(k for p in eplans for k in eta.sample_keys(p)))
+    samples = store.samples(keys, window=config.sample_window_k) if store and keys else {}
+    return eplans, samples
 
 
 def _edges(plan: _Plan) -> list[Edge]:
