@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -37,7 +38,8 @@ def _here(project, params):
 
 
 def _join(project, params, *, inputs):
-    return {"sum": sum(v["n"] for v in inputs.values()), "from": sorted(inputs), "pid": os.getpid()}
+    got = sum(v.get("n", 0) for v in inputs.values())
+    return {"sum": got, "from": sorted(inputs), "pid": os.getpid(), "n": params.get("i", 0)}
 
 
 def _fail(project, params):
@@ -71,26 +73,52 @@ def idle(project, cfg) -> bool:
 
 
 def test_steps_run_here_even_beside_a_worker_of_their_kinds(project, cfg):
-    # A worker that serves p.step and p.join runs beside this process: the
-    # released steps have no due time, so it claims none of them.
+    # A worker serving p.step and p.join runs beside this process, whose one
+    # pool thread a gate holds: the panels (p.join, here) are released by the
+    # worker's board (p.step) while this process cannot start them. A job the
+    # worker claims after their release, later in the claim order, proves the
+    # worker had its turn at them: released steps have no due time, so it
+    # takes none (were they claimable, it would take them first).
+    cfg = dataclasses.replace(cfg, max_concurrent=1)
+    GATES["w"] = threading.Event()
     proc = start_worker(project, max_concurrent=4, database_url=cfg.database_url, extra=IMPORT)
     try:
+        hold = jobs.enqueue(
+            project, "p.gate", {"name": "hold", "gate": "w"}, dispatch=HERE_BODIES, config=cfg
+        )
+        wait_until(
+            lambda: jobs.get_job(project, hold.job_id, config=cfg).status.value == "running",
+            what="the gate to hold this process's only thread",
+        )
         steps = {"board": {"kind": "p.step", "params": {"name": "board", "n": 0}}}
         for i in range(4):
-            steps[f"panel{i}"] = {
-                "kind": "p.step",
-                "params": {"name": f"panel{i}", "n": i},
-                "after": ["board"],
-            }
+            steps[f"panel{i}"] = {"kind": "p.join", "params": {"i": i}, "after": ["board"]}
         steps["cut"] = {"kind": "p.join", "params": {}, "after": [f"panel{i}" for i in range(4)]}
-        p = jobs.enqueue_pipeline(project, steps, dispatch=HERE_BODIES, config=cfg)
+        here = {"p.join": _join}
+        p = jobs.enqueue_pipeline(project, steps, dispatch=here, config=cfg)
+        wait_until(
+            lambda: all(
+                s.job.waiting is None
+                for s in jobs.get_pipeline(project, p.pipeline_id, config=cfg).steps
+                if s.name.startswith("panel")
+            ),
+            timeout=30,
+            what="the worker's board to release the panels",
+        )
+        later = jobs.enqueue(project, "p.step", {"name": "later"}, config=cfg)
+        assert jobs.wait(project, later.job_id, timeout=30, config=cfg).status.value == "succeeded"
+        now = jobs.get_pipeline(project, p.pipeline_id, config=cfg)
+        assert [now.step(f"panel{i}").job.status.value for i in range(4)] == ["queued"] * 4
+        GATES["w"].set()
         done = ended(project, cfg, p.pipeline_id)
     finally:
+        GATES["w"].set()
         stop(proc)
     assert done.status == "succeeded"
-    assert {s.job.result["pid"] for s in done.steps} == {HERE}
+    assert {done.step(n).job.result["pid"] for n in steps if n != "board"} == {HERE}
+    assert done.step("board").job.result["name"] == "board"  # the worker's body
     cut = done.step("cut").job.result
-    assert cut["sum"] == 6 and cut["from"] == [f"panel{i}" for i in range(4)]
+    assert cut["from"] == [f"panel{i}" for i in range(4)] and cut["sum"] == 6
     assert wait_until(lambda: idle(project, cfg), what="the runtime to let go")
 
 
@@ -206,3 +234,34 @@ def test_a_step_waiting_in_a_dead_process_is_ended_not_left_waiting(project, cfg
     done = ended(project, cfg, pipeline_id, timeout=60)
     assert done.status in ("failed", "cancelled")
     assert all(s.job.is_terminal for s in done.steps)
+
+
+def test_a_cancel_as_a_delayed_step_is_released_lets_it_go_at_once(project, cfg, monkeypatch):
+    # The cancel lands between the waiter's read (released) and the step's
+    # delay timer: the step must not be held until its not_before (an hour).
+    from nw.jobs.api.handles import writer
+
+    GATES["r"] = threading.Event()
+    up = jobs.enqueue(
+        project, "p.gate", {"name": "up", "gate": "r"}, dispatch=HERE_BODIES, config=cfg
+    )
+    down = jobs.enqueue(
+        project,
+        "p.step",
+        {"name": "down"},
+        after=[up.job_id],
+        not_before=time.time() + 3600,
+        dispatch=HERE_BODIES,
+        config=cfg,
+    )
+    rt = writer(project, cfg)
+    schedule = rt._schedule
+
+    def cancel_first(job_id, launch, priority, not_before):
+        jobs.cancel_job(project, job_id, config=cfg)
+        schedule(job_id, launch, priority, not_before)
+
+    monkeypatch.setattr(rt, "_schedule", cancel_first)
+    GATES["r"].set()
+    assert jobs.wait(project, down.job_id, timeout=20, config=cfg).status.value == "cancelled"
+    assert wait_until(lambda: idle(project, cfg), what="the runtime to let the step go")

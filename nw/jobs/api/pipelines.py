@@ -273,10 +273,18 @@ def enqueue_pipeline(
     claimable = [root and name not in here for name, root in zip(plan.order, roots, strict=True)]
     also = pipelines_of(store).linker(links)
     made = store.create_many(records, claimable=claimable, admit=admit_all, also=also)
-    if rt is not None:
+    if rt is not None:  # a step the runtime cannot take is ended (unlaunched), the rest held
+        failed: BaseException | None = None
         for name, (step_row, created) in zip(plan.order, made, strict=True):
             if created and name in launches:
-                hold_step(store, rt, step_row, launches[name], plan.items[name].priority, config)
+                try:
+                    hold_step(
+                        store, rt, step_row, launches[name], plan.items[name].priority, config
+                    )
+                except Exception as exc:
+                    failed = failed or exc
+        if failed is not None:
+            raise failed
     if links.released:
         store.wake_workers()
     got = get_pipeline(proj, plan.pipeline_id, config=config)

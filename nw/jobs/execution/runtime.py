@@ -140,13 +140,13 @@ class Runtime:
     def local_cancel(self, job_id: str) -> None:
         if self.finishing.holds(job_id):  # it already returned: its outcome stands
             self.finishing.nudge()  # the cancel reached the store; so may the outcome now
-        with self._lock:
+        with self._lock:  # set under the lock: ``_schedule`` reads it there (no timer after)
             launch = self._launches.get(job_id)
             timer = self._timers.pop(job_id, None)
-        if launch is not None:
-            launch.cancel.set()
-            if self._steps is not None:  # a waiting step: the store ended it, let it go
-                self._steps.nudge()
+            if launch is not None:
+                launch.cancel.set()
+        if launch is not None and self._steps is not None:  # a waiting step: let it go
+            self._steps.nudge()
         if timer is not None:  # delayed: to the pool now, where its start finds it
             timer.cancel()  # cancelled and lets it go (``_due`` will not launch it again)
             self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id)
@@ -169,6 +169,8 @@ class Runtime:
         """Run a pipeline step this process enqueued once the store releases it
         (its upstreams succeeded): it holds no pool thread while it waits
         (``step_waits``), and lets go when the store ends it instead."""
+        if self._stop.is_set():  # as ``submit`` on a shut pool: the caller ends it
+            raise RuntimeError("this process's runtime is closed")
         before = self._hold(job_id, launch)
         try:
             self._ensure_beater()  # its owner's beat keeps the waiting step alive
@@ -203,13 +205,18 @@ class Runtime:
         if launch.on_park is None:  # its body may park: this process then polls it
             launch.on_park = lambda: self.poll_parked(launch.project).wake()
         delay = None if not_before is None else not_before - self.config.clock()
-        if delay is None or delay <= 0:
+        timer = None
+        if delay is not None and delay > 0:
+            timer = threading.Timer(delay, self._due, (job_id, launch, priority))
+            timer.daemon = True
+            with self._lock:  # a cancel already asked: to the pool now, its start lets it go
+                if launch.cancel.is_set():
+                    timer = None
+                else:
+                    self._timers[job_id] = timer
+        if timer is None:
             self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id, None, priority)
             return
-        timer = threading.Timer(delay, self._due, (job_id, launch, priority))
-        timer.daemon = True
-        with self._lock:
-            self._timers[job_id] = timer
         try:
             timer.start()
         except BaseException:

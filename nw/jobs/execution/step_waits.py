@@ -64,7 +64,7 @@ class StepWaits:
     def add(self, job_id: str) -> None:
         with self._lock:
             self._waiting.add(job_id)
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="nw-steps", daemon=True)
                 self._thread.start()
         self._signal.set()  # it may have been released before it was added
@@ -86,7 +86,10 @@ class StepWaits:
         try:
             while not self._stop.is_set():
                 self._signal.clear()  # before the read: a change after it is not lost
-                self.check()
+                try:
+                    self.check()
+                except Exception:  # a round that failed is read again, never the end
+                    log.exception("in-process steps: a round of reads failed")
                 self._signal.wait(RECHECK_S)
         finally:
             if unsubscribe is not None:
