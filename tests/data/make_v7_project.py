@@ -120,7 +120,9 @@ def main(out: Path) -> None:
     assert {retried.job_id, running.job_id, parked.job_id} <= set(by_id), by_id.keys()
     for row in claim:
         if row.record["job_id"] not in (retried.job_id, running.job_id, parked.job_id):
-            store.requeue(row.record["job_id"], fields={}, not_before=now, attempt=row.record["attempt"])
+            store.requeue(
+                row.record["job_id"], fields={}, not_before=now, attempt=row.record["attempt"]
+            )
     store.requeue(
         retried.job_id,
         fields={"error": "transient: 503", "earlier_runs_usd": 0.25},
