@@ -61,8 +61,7 @@ def _cancel(c: sqlite3.Connection, ids: Sequence[str], why: str, via: str, now: 
         "now": now,
         "why": stored_json({"error": why, "error_kind": "cancelled", "stopped_by": via}),
     }
-    c.execute(Q["cancel_waiting_status"], args)
-    c.execute(Q["cancel_waiting_jobs"], args)
+    c.execute(Q["cancel_waiting"], args)
 
 
 class SqlitePipelines(PipelineStore):

@@ -29,10 +29,10 @@ ON CONFLICT (job_id) DO UPDATE
 SELECT p.request_id AS p_request_id, p.polls AS p_polls, p.deadline_at AS p_deadline_at,
        p.webhook AS p_webhook, p.attempt AS p_attempt,
        j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+       j.au_status AS status, j.au_value AS value, j.au_error AS error
   FROM parked p
   JOIN jobs j ON j.job_id = p.job_id
-  LEFT JOIN status s ON s.job_id = j.job_id
  WHERE p.request_id IS NOT NULL AND p.look_until <= :now
    AND (p.due_at <= :now OR j.cancel_requested = 1
         OR (p.deadline_at IS NOT NULL AND p.deadline_at <= :now))
