@@ -38,8 +38,6 @@ POLICY_VERSION = 5
 PARKED_VERSION = 6
 #: The version that added pipelines (pipelines, pipeline_steps, job_edges).
 PIPELINES_VERSION = 7
-#: The version that keeps one row per job (the au status entry in ``jobs``).
-ONE_ROW_VERSION = 8
 #: The columns version 8 moved from the ``status`` table into ``jobs``.
 AU_COLUMNS = ("au_status", "au_value", "au_error", "au_reason", "au_completed_at", "queue_at")
 Q = load_queries("sqlite_queries.sql")
@@ -67,9 +65,14 @@ def upgrade(conn: sqlite3.Connection) -> None:
     for name in AU_COLUMNS:  # version 8: one row per job
         if name not in have:
             conn.execute(UPGRADES[f"upgrade_8_{name}"])
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'status'").fetchone():
+    if _has_status_table(conn):
         for name in ("copy", "missing", "drop_status", "drop_claim"):
             conn.execute(UPGRADES[f"upgrade_8_{name}"])
+
+
+def _has_status_table(conn: sqlite3.Connection) -> bool:
+    """The file keeps its jobs' status entries apart (a version before 8)."""
+    return conn.execute(UPGRADES["has_status_table"]).fetchone() is not None
 
 
 def _use_wal(conn: sqlite3.Connection, *, within_s: float = 30.0) -> None:
@@ -113,7 +116,7 @@ class SqliteBase(SharedStore):
         self.read_only = read_only
         self._lock = threading.RLock()
         self._pid = os.getpid()
-        #: A read-only handle on a file older than version 8 (``_query``).
+        #: A read-only handle on a file before version 8 (``_query``).
         self._older = False
         with self._driver_errors("cannot be opened"):
             self._conn = self._connect()
@@ -134,8 +137,7 @@ class SqliteBase(SharedStore):
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout = 10000")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        self._older = 1 <= version < ONE_ROW_VERSION
+        self._older = _has_status_table(conn)
         if self._older:  # not upgraded: read as version 8 through a temporary view
             conn.execute(UPGRADES["read_older"])
         conn.execute("PRAGMA query_only = ON")

@@ -34,6 +34,10 @@ ALTER TABLE jobs ADD COLUMN au_completed_at TEXT;
 -- name: upgrade_8_queue_at
 ALTER TABLE jobs ADD COLUMN queue_at REAL;
 
+-- name: has_status_table
+-- A row when the file keeps the status entries apart (before version 8).
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'status';
+
 -- name: upgrade_8_copy
 -- Each job's status entry into its row.
 UPDATE jobs
