@@ -140,18 +140,22 @@ VALUES (:job_id, :created_at, :kind, :actor_id, :attempt, :cancel_requested,
                        ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1,
         :queue_at)
 
+-- fragment: record_set
+-- The SET list of a whole record written over its row (put_job, put_record).
+created_at = excluded.created_at, kind = excluded.kind, actor_id = excluded.actor_id,
+attempt = excluded.attempt, cancel_requested = excluded.cancel_requested,
+started_at = excluded.started_at, finished_at = excluded.finished_at,
+heartbeat_at = excluded.heartbeat_at, runner_id = excluded.runner_id,
+doc = excluded.doc, limit_key = excluded.limit_key, priority = excluded.priority,
+actor_seq = excluded.actor_seq
+
 -- name: put_job
 -- A new run of a job (insert, or replace the row of the same id): the whole
 -- record, its au status pending (no result, no error), claimable by workers
 -- from :queue_at when it is set.
 {{job_insert}}
 ON CONFLICT (job_id) DO UPDATE
-   SET created_at = excluded.created_at, kind = excluded.kind, actor_id = excluded.actor_id,
-       attempt = excluded.attempt, cancel_requested = excluded.cancel_requested,
-       started_at = excluded.started_at, finished_at = excluded.finished_at,
-       heartbeat_at = excluded.heartbeat_at, runner_id = excluded.runner_id,
-       doc = excluded.doc, limit_key = excluded.limit_key, priority = excluded.priority,
-       actor_seq = excluded.actor_seq, au_status = 'pending', au_value = NULL,
+   SET {{record_set}}, au_status = 'pending', au_value = NULL,
        au_error = NULL, au_reason = NULL, au_completed_at = NULL, queue_at = excluded.queue_at;
 
 -- name: put_record
@@ -160,12 +164,7 @@ ON CONFLICT (job_id) DO UPDATE
 -- status and its due time.
 {{job_insert}}
 ON CONFLICT (job_id) DO UPDATE
-   SET created_at = excluded.created_at, kind = excluded.kind, actor_id = excluded.actor_id,
-       attempt = excluded.attempt, cancel_requested = excluded.cancel_requested,
-       started_at = excluded.started_at, finished_at = excluded.finished_at,
-       heartbeat_at = excluded.heartbeat_at, runner_id = excluded.runner_id,
-       doc = excluded.doc, limit_key = excluded.limit_key, priority = excluded.priority,
-       actor_seq = excluded.actor_seq;
+   SET {{record_set}};
 
 -- name: can_start
 -- Is the job queued and not cancelled (start's precondition)?
