@@ -19,6 +19,8 @@ from nw.jobs.stores import close_shared_stores, open_store, sqlite_base
 from nw.jobs.stores.sqlite import SCHEMA_VERSION, SqliteJobStore
 from tests.data.make_v7_project import snapshot
 
+#: The columns version 8 moved from the ``status`` table into ``jobs``.
+AU_COLUMNS = ("au_status", "au_value", "au_error", "au_reason", "au_completed_at", "queue_at")
 DATA = Path(__file__).resolve().parents[1] / "data"
 #: The fixture's running job has a runner long gone: a read now would reap
 #: it (as version 7 would); its record is compared as it was written.
@@ -95,7 +97,7 @@ def test_a_schema_7_project_reads_back_as_it_did_after_the_upgrade(tmp_path):
     # Then the file is at this version, one row per job
     tables = _tables(_db(project))
     assert "status" not in tables
-    assert set(sqlite_base.AU_COLUMNS) <= set(tables["jobs"])
+    assert set(AU_COLUMNS) <= set(tables["jobs"])
     assert _dump(_db(project))[0] == SCHEMA_VERSION
     # And every job, the spend, the durations, the limits and the budgets read
     # as before (but for what is derived from the clock)

@@ -38,8 +38,6 @@ POLICY_VERSION = 5
 PARKED_VERSION = 6
 #: The version that added pipelines (pipelines, pipeline_steps, job_edges).
 PIPELINES_VERSION = 7
-#: The columns version 8 moved from the ``status`` table into ``jobs``.
-AU_COLUMNS = ("au_status", "au_value", "au_error", "au_reason", "au_completed_at", "queue_at")
 Q = load_queries("sqlite_queries.sql")
 #: The columns a patch sets by a statement of their own (``patch_<name>``).
 _PATCHED_ALONE = patched_alone("sqlite")
@@ -59,12 +57,9 @@ def upgrade(conn: sqlite3.Connection) -> None:
     have = {r["name"] for r in conn.execute("PRAGMA table_info(jobs)")}
     if not have:  # a new file: the schema creates everything
         return
-    for name in ("limit_key", "priority", "actor_seq"):  # version 2
-        if name not in have:
-            conn.execute(UPGRADES[f"upgrade_2_{name}"])
-    for name in AU_COLUMNS:  # version 8: one row per job
-        if name not in have:
-            conn.execute(UPGRADES[f"upgrade_8_{name}"])
+    for name, statement in UPGRADES.items():  # add_<version>_<column>, in file order
+        if name.startswith("add_") and name.split("_", 2)[2] not in have:
+            conn.execute(statement)
     if _has_status_table(conn):
         for name in ("copy", "missing", "drop_status", "drop_claim"):
             conn.execute(UPGRADES[f"upgrade_8_{name}"])

@@ -1,37 +1,39 @@
 -- The embedded store's schema upgrades, by version: the statements that turn
--- a file of the previous version into this one before sqlite_schema.sql
--- creates what is missing. Run by SqliteJobStore when it opens an older file
--- (they compile only against that older schema).
+-- a file of an older version into this one before sqlite_schema.sql creates
+-- what is missing, in the same transaction (sqlite_base.upgrade, when a
+-- writable handle opens an older file; they compile only against that older
+-- schema). `add_<version>_<column>`: run, in file order, when `jobs` lacks
+-- the column; `upgrade_8_*`: run when the file still has its `status` table.
 
--- name: upgrade_2_limit_key
+-- name: add_2_limit_key
 -- Schema 1 -> 2: the columns of limits, priorities and fair share.
 ALTER TABLE jobs ADD COLUMN limit_key TEXT;
 
--- name: upgrade_2_priority
+-- name: add_2_priority
 ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
 
--- name: upgrade_2_actor_seq
+-- name: add_2_actor_seq
 ALTER TABLE jobs ADD COLUMN actor_seq INTEGER NOT NULL DEFAULT 0;
 
--- name: upgrade_8_au_status
+-- name: add_8_au_status
 -- Schema 7 -> 8 (any older file too): one row per job. The `status` table's
 -- columns move into `jobs` (named as PostgreSQL's migration 0004 names them);
 -- its created_at and attempt were copies of the job's and are not kept.
 ALTER TABLE jobs ADD COLUMN au_status TEXT NOT NULL DEFAULT 'pending';
 
--- name: upgrade_8_au_value
+-- name: add_8_au_value
 ALTER TABLE jobs ADD COLUMN au_value TEXT;
 
--- name: upgrade_8_au_error
+-- name: add_8_au_error
 ALTER TABLE jobs ADD COLUMN au_error TEXT;
 
--- name: upgrade_8_au_reason
+-- name: add_8_au_reason
 ALTER TABLE jobs ADD COLUMN au_reason TEXT;
 
--- name: upgrade_8_au_completed_at
+-- name: add_8_au_completed_at
 ALTER TABLE jobs ADD COLUMN au_completed_at TEXT;
 
--- name: upgrade_8_queue_at
+-- name: add_8_queue_at
 ALTER TABLE jobs ADD COLUMN queue_at REAL;
 
 -- name: has_status_table
