@@ -394,7 +394,7 @@ def run_demo(
     config: JobsConfig = DEMO_CONFIG,
 ) -> dict[str, Any]:
     """Run the pipeline once in ``root`` and show it; returns the final jobs and totals."""
-    from nw.jobs.execution.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtimes import shutdown_runtimes
 
     console = console or Console()
     plain = (not console.is_terminal) if plain is None else plain

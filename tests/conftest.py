@@ -11,7 +11,7 @@ import pytest
 
 import nw
 from nw.jobs import JobsConfig
-from nw.jobs.execution.runtime import shutdown_runtimes
+from nw.jobs.execution.runtimes import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
 from tests.helpers import strict_skips
 

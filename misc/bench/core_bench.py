@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nw
 from nw import jobs
-from nw.jobs.execution.runtime import existing_runtime, shutdown_runtimes
+from nw.jobs.execution.runtimes import existing_runtime, shutdown_runtimes
 from nw.jobs.stores import close_shared_stores, store_location
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -39,7 +39,7 @@ import psycopg
 
 import nw
 from nw import jobs
-from nw.jobs.execution.runtime import shutdown_runtimes
+from nw.jobs.execution.runtimes import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
 from nw.jobs.stores.postgres import PostgresJobStore, migrate
 

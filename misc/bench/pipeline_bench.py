@@ -16,9 +16,12 @@ On the embedded store and (with a URL) on PostgreSQL:
 * ``chain``: a chain of no-op steps run by two workers; per link, the time from
   the upstream's ``finished_at`` (its worker's clock when it decided the
   outcome, before the commit) to the dependent's ``started_at``: p50 and p90.
+* ``in-process``: the same chain and a 1 -> ``width`` -> 1 fan with every step
+  a ``dispatch=`` body of this process (4 pool threads, no worker): the
+  dependent's start after its upstream's finish, and the fan's wall time.
 
     PYTHONPATH=. python misc/bench/pipeline_bench.py [--database-url URL]
-        [--width 1000] [--chain 200]
+        [--width 1000] [--chain 200] [--phases release,fan,chain,inproc]
 """
 
 from __future__ import annotations
@@ -161,12 +164,42 @@ def run_chain(project, config, n: int) -> None:
     )
 
 
+def _noop(project, params):
+    return {"i": params.get("i")}
+
+
+def run_inproc(project, config, n: int, width: int) -> None:
+    import dataclasses
+
+    config = dataclasses.replace(config, max_concurrent=4)
+    here = {"bench.noop": _noop}
+    t0 = time.perf_counter()
+    p = jobs.enqueue_pipeline(project, chain(n, "here"), dispatch=here, config=config)
+    done = _ended(project, config, p.pipeline_id)
+    wall = time.perf_counter() - t0
+    gaps = [
+        (b.job.started_at - a.job.finished_at).total_seconds() * 1000
+        for a, b in zip(done.steps, done.steps[1:], strict=False)
+    ]
+    q = statistics.quantiles(gaps, n=10)
+    print(
+        f"  in-process chain of {n}: {done.status} in {wall:.1f} s; upstream finished ->"
+        f" dependent started: p50 {statistics.median(gaps):.1f} ms, p90 {q[8]:.1f} ms"
+    )
+    t0 = time.perf_counter()
+    p = jobs.enqueue_pipeline(project, fan(width, "here"), dispatch=here, config=config)
+    done = _ended(project, config, p.pipeline_id)
+    wall = time.perf_counter() - t0
+    print(f"  in-process 1 -> {width} -> 1, 4 threads: {done.status} in {wall:.1f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--database-url")
     ap.add_argument("--width", type=int, default=1000)
     ap.add_argument("--chain", type=int, default=200)
     ap.add_argument("--only", choices=("sqlite", "postgres"))
+    ap.add_argument("--phases", default="release,fan,chain,inproc")
     args = ap.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} (1, 5 min)")
     backends = [("sqlite", None)] + ([("postgres", args.database_url)] if args.database_url else [])
@@ -175,7 +208,7 @@ def main() -> None:
             continue
         print(name, flush=True)
         with tempfile.TemporaryDirectory() as tmp:
-            for what in ("release", "fan", "chain"):
+            for what in args.phases.split(","):
                 project = nw.Project.init(Path(tmp) / what, title=f"pipeline bench {what}")
                 config = JobsConfig(database_url=url)
                 try:
@@ -183,6 +216,8 @@ def main() -> None:
                         release_cost(project, config, args.width)
                     elif what == "fan":
                         run_fan(project, config, args.width)
+                    elif what == "inproc":
+                        run_inproc(project, config, args.chain, args.width)
                     else:
                         run_chain(project, config, args.chain)
                 finally:

@@ -47,7 +47,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def populate(root: str, n: int) -> None:
     from nw import Project
     from nw.jobs import enqueue
-    from nw.jobs.execution.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtimes import shutdown_runtimes
 
     project = Project(root)
 
@@ -76,7 +76,7 @@ def write(root: str, every_s: float, count: int) -> None:
     """Enqueue ``count`` instant jobs, one per ``every_s``; print ``job_id wall_time`` each."""
     from nw import Project
     from nw.jobs import enqueue
-    from nw.jobs.execution.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtimes import shutdown_runtimes
 
     project = Project(root)
 

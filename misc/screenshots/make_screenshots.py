@@ -34,7 +34,7 @@ from rich.console import Console  # noqa: E402
 from nw import Project  # noqa: E402
 from nw.demo import DEMO_CONFIG, DemoRun, frame, next_run_number, pipeline, run_demo  # noqa: E402
 from nw.jobs import JobCancelled, cancel_job, enqueue, get_job, list_jobs, to_dict  # noqa: E402
-from nw.jobs.execution.runtime import shutdown_runtimes  # noqa: E402
+from nw.jobs.execution.runtimes import shutdown_runtimes  # noqa: E402
 from tests.helpers import HEADLESS_CHROMIUM_FLAGS, wait_until  # noqa: E402
 
 WIDTH = 150

@@ -13,7 +13,7 @@ import pytest
 import nw
 from nw.jobs import JobRefused, enqueue, get_job
 from nw.jobs.core.kinds import register_kind, unregister_kind
-from nw.jobs.execution.runtime import shutdown_runtimes
+from nw.jobs.execution.runtimes import shutdown_runtimes
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import pytest
 from nw import Project
 from nw.jobs import enqueue, get_job, list_jobs
 from nw.jobs.core.kinds import unregister_kind
-from nw.jobs.execution.runtime import shutdown_runtimes
+from nw.jobs.execution.runtimes import shutdown_runtimes
 from tests.cli.test_cli import REPO, nw_jobs, one_line_error
 from tests.fixtures import bodies
 from tests.helpers import wait_until

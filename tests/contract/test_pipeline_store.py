@@ -25,9 +25,12 @@ def jid() -> str:
     return uuid.uuid4().hex + uuid.uuid4().hex
 
 
-def linked(store, shape: dict[str, list[tuple[str, bool]]]) -> dict[str, str]:
+def linked(
+    store, shape: dict[str, list[tuple[str, bool]]], *, here: tuple[str, ...] = ()
+) -> dict[str, str]:
     """Jobs for ``shape`` (step -> [(upstream step, allow_failure)]) in one
-    create: the roots claimable, the others waiting on their upstreams."""
+    create: the roots claimable, the others waiting on their upstreams; the
+    steps in ``here`` are the in-process tier's (their process starts them)."""
     ids = {name: jid() for name in shape}
     now = time.time()
     records = [
@@ -37,6 +40,7 @@ def linked(store, shape: dict[str, list[tuple[str, bool]]]) -> dict[str, str]:
             at=now,
             step=n,
             after=[{"job_id": ids[u], "step": u, "allow_failure": a} for u, a in shape[n]],
+            **({"runner": "inproc", "runner_id": "owner"} if n in here else {}),
         )
         for n in shape
     ]
@@ -89,6 +93,19 @@ def test_a_dependent_waits_for_every_upstream_and_is_released_once(store):
     assert released.waiting is None and released.after == [ids["a"], ids["b"]]
     assert claim_all(store) == {ids["c"]}
     assert claim_all(store) == set()
+
+
+def test_a_released_in_process_step_is_never_claimable(store):
+    # Its process starts it (nw/jobs/execution/step_waits.py): released, it
+    # says so, but a worker serving its kind finds nothing to claim.
+    ids = linked(store, {"a": [], "b": [("a", False)], "c": [("a", False)]}, here=("b",))
+    [a] = store.claim([KIND], now=time.time() + 1, runner_id="t", limit=100)
+    assert end(store, a)
+    assert claim_all(store) == {ids["c"]}  # b is released, yet no worker's
+    b = store.get(ids["b"])
+    assert b.record.get("released_at") is not None
+    assert to_job(b, time.time(), JobsConfig()).waiting is None
+    assert store.start(ids["b"], now=time.time(), runner_id="owner").record["job_id"] == ids["b"]
 
 
 def test_two_upstreams_ending_at_once_release_their_dependent(store):

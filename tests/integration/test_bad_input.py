@@ -107,7 +107,7 @@ def test_a_corrupt_record_reads_as_failed_and_the_rest_keeps_working(project, sq
 def test_a_corrupt_store_file_is_a_clear_error_naming_it(project, sqlite_cfg):
     cfg = sqlite_cfg  # overwrites the SQLite file itself
     jobs.enqueue(project, "r", {}, dispatch=OK, config=cfg)
-    from nw.jobs.execution.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtimes import shutdown_runtimes
     from nw.jobs.stores import close_shared_stores
 
     shutdown_runtimes(wait=True)

@@ -90,7 +90,7 @@ def test_a_queued_job_cancelled_before_it_starts_never_runs(project, gate):
     assert jobs.cancel_job(project, queued.job_id, config=cfg).status == jobs.CANCELLED
     gate.release.set()
     wait_until(lambda: jobs.get_job(project, blocker.job_id, config=cfg).is_terminal)
-    from nw.jobs.execution.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtimes import shutdown_runtimes
 
     shutdown_runtimes(wait=True)  # every thread of the pool has finished its work
     assert ran == []

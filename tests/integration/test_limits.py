@@ -379,7 +379,7 @@ def test_a_delayed_in_process_job_can_be_cancelled_while_it_waits(project, cfg):
     shown = jobs.get_job(project, job.job_id, config=cfg)
     assert shown.status == jobs.QUEUED and shown.waiting.startswith("starts in")
     assert jobs.cancel_job(project, job.job_id, config=cfg).status == jobs.CANCELLED
-    from nw.jobs.execution.runtime import existing_runtime
+    from nw.jobs.execution.runtimes import existing_runtime
     from nw.jobs.stores import store_location
 
     runtimes = existing_runtime(store_location(project, cfg))

@@ -100,7 +100,7 @@ def test_a_body_past_its_time_limit_is_reported_and_cancelled_when_allowed(proje
     assert overdue.status == jobs.RUNNING  # reported, not stopped
     gate.release.set()
     wait_until(lambda: jobs.get_job(project, job.job_id, config=report).is_terminal)
-    from nw.jobs.execution.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtimes import shutdown_runtimes
 
     shutdown_runtimes()
     stopping = jobs.JobsConfig(

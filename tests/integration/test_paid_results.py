@@ -336,7 +336,7 @@ def test_a_real_full_disk_refuses_the_finish_until_space_returns(tmp_path):
     finally:
         if worker is not None:
             stop(worker)
-        from nw.jobs.execution.runtime import shutdown_runtimes
+        from nw.jobs.execution.runtimes import shutdown_runtimes
         from nw.jobs.stores import close_shared_stores
 
         shutdown_runtimes(wait=False)

@@ -29,7 +29,7 @@ def pg_url():
 @pytest.fixture
 def fresh_db(pg_url):
     """The URL of a new, empty database (dropped afterwards)."""
-    from nw.jobs.execution.runtime import shutdown_runtimes
+    from nw.jobs.execution.runtimes import shutdown_runtimes
     from nw.jobs.stores import close_shared_stores
     from nw.jobs.stores.postgres import close_pools
 

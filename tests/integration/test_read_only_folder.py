@@ -25,7 +25,7 @@ import pytest
 
 import nw
 from nw import jobs
-from nw.jobs.execution.runtime import shutdown_runtimes
+from nw.jobs.execution.runtimes import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
 from tests.helpers import REPO, wait_until
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import nw
 from nw import jobs
 from nw.jobs import stores
-from nw.jobs.execution import runtime
+from nw.jobs.execution import runtimes
 from tests.helpers import wait_until
 
 
@@ -34,13 +34,13 @@ def test_summarize_creates_nothing_for_a_folder_that_never_ran_a_job(tmp_path):
     assert jobs.summarize(folder) == []
     assert jobs.list_jobs(folder) == []
     assert list(folder.iterdir()) == []
-    assert runtime._RUNTIMES == {} and stores._SHARED == {}
+    assert runtimes._RUNTIMES == {} and stores._SHARED == {}
 
 
 def test_summarize_reads_without_writing_or_holding_anything(project, cfg):
     job = jobs.enqueue(project, "r", {}, dispatch={"r": lambda p, q: {"ok": 1}}, config=cfg)
     wait_until(lambda: jobs.get_job(project, job.job_id, config=cfg).is_terminal)
-    runtime.shutdown_runtimes()
+    runtimes.shutdown_runtimes()
     stores.close_shared_stores()
     db = Path(project.root) / ".nw/jobs/jobs.sqlite3"
 
@@ -60,7 +60,7 @@ def test_summarize_reads_without_writing_or_holding_anything(project, cfg):
     assert [j.job_id for j in summary] == [job.job_id]
     assert jobs.summarize(other.root, config=cfg) == []
     assert stored() == before
-    assert runtime._RUNTIMES == {} and stores._SHARED == {}
+    assert runtimes._RUNTIMES == {} and stores._SHARED == {}
 
 
 def test_actor_is_recorded_and_filters_views(project, cfg):

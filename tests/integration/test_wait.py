@@ -20,7 +20,7 @@ from nw.errors import InvalidType, InvalidValue
 from nw.jobs import aio
 from nw.jobs.api import waiting
 from nw.jobs.core.model import JobsConfig
-from nw.jobs.execution.runtime import shutdown_runtimes
+from nw.jobs.execution.runtimes import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
 from tests.conftest import purge_postgres_project, require_postgres
 from tests.fixtures import bodies

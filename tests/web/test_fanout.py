@@ -17,7 +17,7 @@ with warnings.catch_warnings():
 from nw.jobs import cancel_job, enqueue, get_job
 from nw.jobs.api import facade
 from nw.jobs.core.model import DEFAULT_CONFIG
-from nw.jobs.execution.runtime import shutdown_runtimes
+from nw.jobs.execution.runtimes import shutdown_runtimes
 from nw.jobs.stores import open_store
 from nw.jobs.web import create_app, routes_summary
 from nw.jobs.web.page_cache import PageCache

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nw import jobs
-from nw.jobs.execution.runtime import shutdown_runtimes
+from nw.jobs.execution.runtimes import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores
 from tests.helpers import wait_until
 

@@ -9,13 +9,15 @@ from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
 from nw.jobs.api import budgets, costing
-from nw.jobs.api.enqueueing import record_of
+from nw.jobs.api.enqueueing import hold_step, record_of
+from nw.jobs.api.handles import writer
 from nw.jobs.api.pipelines import linker
 from nw.jobs.core import eta
 from nw.jobs.core.checks import could_name_a_job
 from nw.jobs.core.model import Job, JobsConfig
 from nw.jobs.core.pipelines import AFTER_FIELD, Edge
 from nw.jobs.core.records import to_job
+from nw.jobs.execution.body import Launch
 from nw.jobs.stores import shared_store
 from nw.jobs.stores.pipelines import Links
 from nw.project import Project
@@ -39,14 +41,16 @@ def enqueue_after(
     item: Any,
     after: list[str],
     *,
+    launch: Launch | None,
     approved: bool,
     config: JobsConfig,
 ) -> Job:
     """``enqueue(..., after=ids)``: ``item`` (prepared by ``enqueue``) written
     waiting on the jobs ``after`` names (their results are its ``inputs``, by
     job id); it starts when they have all succeeded, is cancelled when one
-    fails or is cancelled. A job id no job of the project has refuses it,
-    nothing written."""
+    fails or is cancelled. With ``launch`` (a ``dispatch`` body) this process
+    runs it once the store releases it (``Runtime.submit_after``). A job id no
+    job of the project has refuses it, nothing written."""
     existing = shared_store(proj, config, create=False)
     missing = [j for j in after if existing is None or existing.get(j) is None]
     if missing:
@@ -56,10 +60,11 @@ def enqueue_after(
         costing.gate_batch(
             [item.quote], existing, approved=approved, config=config, now=now, actors=[item.actor]
         )
-    store = shared_store(proj, config, create=True)
+    rt = writer(proj, config) if launch is not None else None
+    store = rt.store if rt is not None else shared_store(proj, config, create=True)
     eplan = eta.eta_plan(item.params, item.units, config)
     samples = store.samples(eta.sample_keys(eplan), window=config.sample_window_k)
-    record = record_of(item, eplan, samples, None, config)
+    record = record_of(item, eplan, samples, rt, config)
     record[AFTER_FIELD] = [{"job_id": j, "step": None, "allow_failure": False} for j in after]
     edges = [Edge(j, item.job_id, None) for j in after]
     links = Links(pipeline=None, steps=(), edges=edges, waiting=[item.job_id], now=now)
@@ -84,6 +89,8 @@ def enqueue_after(
     [(row, made)] = store.create_many(
         [record], claimable=[False], admit=admit, also=linker(store, links)
     )
+    if made and rt is not None and launch is not None:
+        hold_step(store, rt, row, launch, item.priority, config)
     if links.released:
         store.wake_workers()
     fresh = store.get(item.job_id) if made else row

@@ -228,9 +228,13 @@ def enqueue(
     if after is not None:  # waits on other jobs: written with its links
         from nw.jobs.api.enqueue_after import check_after, enqueue_after
 
-        if item.fn is not None:
-            raise InvalidValue("after= needs a kind registered for workers, not a dispatch body")
-        return enqueue_after(proj, item, check_after(after), approved=approved, config=config)
+        launch = None
+        if item.fn is not None:  # the hook and the fal key are read on the caller's thread
+            capture = capture_context() if capture_context is not None else None
+            launch = body_launch(proj, item.fn, on_event=on_event, secrets=secrets, capture=capture)
+        return enqueue_after(
+            proj, item, check_after(after), launch=launch, approved=approved, config=config
+        )
     fn, quote, job_id, who = item.fn, item.quote, item.job_id, item.actor
     # Refused before any store is created or opened for writing; checked again
     # inside the create transaction (``admit``), where concurrent enqueues serialise.
@@ -256,23 +260,16 @@ def enqueue(
     )
     # Called before anything is written: a hook that fails leaves no job behind.
     capture = capture_context() if (capture_context is not None and fn is not None) else None
-    # The caller's fal key, read on its thread: the body's pool thread cannot see it.
-    ambient = credentials.ambient_fal_key() if fn is not None else None
+    launch = (
+        body_launch(proj, fn, on_event=on_event, secrets=secrets, capture=capture)
+        if fn is not None
+        else None
+    )
     row, created = store.create(record, claimable=fn is None, admit=admit)
     if not created and _dead_duplicate(store, row, rt, config):
         row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
-        assert fn is not None  # a runtime is taken only for a body
-        held = dict(secrets or {})
-        if ambient and credentials.FAL not in held:
-            held[credentials.FAL] = ambient  # so it is redacted like any secret
-        launch = Launch(
-            fn=fn,
-            project=proj,
-            on_event=on_event,
-            capture=credentials.around_body(ambient, secrets, capture),
-            secrets=held,
-        )
+        assert launch is not None  # a runtime is taken only for a body
         try:
             rt.submit(job_id, launch, priority=item.priority, not_before=item.due)
         except BaseException as exc:  # e.g. the runtime is shutting down
@@ -280,6 +277,47 @@ def enqueue(
             raise
     worker = None if created else worker_seen(store, row)
     return to_job(row, config.clock(), config, worker)
+
+
+def hold_step(
+    store: JobStore, rt: Runtime, row: JobRow, launch: Launch, priority: int, config: JobsConfig
+) -> None:
+    """A new in-process step held by this process until its upstreams release
+    it (a step that waits on none goes to the pool at once); a runtime that
+    cannot take it ends it through the outcome policy (``unlaunched``)."""
+    rec = row.record
+    try:
+        if rec.get("after"):
+            rt.submit_after(rec["job_id"], launch, priority=priority)
+        else:
+            rt.submit(rec["job_id"], launch, priority=priority, not_before=rec.get("not_before"))
+    except BaseException as exc:  # e.g. the runtime is shutting down
+        _fail_unlaunched(store, row, exc, config)
+        raise
+
+
+def body_launch(
+    proj: Project,
+    fn: Callable,
+    *,
+    on_event: Callable[[Any], None] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    capture: AbstractContextManager[Any] | None = None,
+) -> Launch:
+    """What this process keeps for a body it will run: called on the caller's
+    thread, which reads the caller's fal key (the body's pool thread cannot see
+    it), bound around the body and redacted like any secret."""
+    ambient = credentials.ambient_fal_key()
+    held = dict(secrets or {})
+    if ambient and credentials.FAL not in held:
+        held[credentials.FAL] = ambient
+    return Launch(
+        fn=fn,
+        project=proj,
+        on_event=on_event,
+        capture=credentials.around_body(ambient, secrets, capture),
+        secrets=held,
+    )
 
 
 _ITEM_FIELDS = (

@@ -8,7 +8,8 @@ import os
 from nw.jobs.core.model import (
     JobsConfig,
 )
-from nw.jobs.execution.runtime import LocalRuntimes, Runtime, existing_runtime, runtime_for
+from nw.jobs.execution.runtime import Runtime
+from nw.jobs.execution.runtimes import LocalRuntimes, existing_runtime, runtime_for
 from nw.jobs.stores import shared_store, store_location
 from nw.jobs.stores.base import JobStore
 from nw.project import Project

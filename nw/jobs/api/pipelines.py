@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nw.jobs.api import budgets, costing
-from nw.jobs.api.enqueueing import prepare_item, record_of
-from nw.jobs.api.handles import ProjectLike
-from nw.jobs.api.reads import queue_waits
+from nw.jobs.api.enqueueing import body_launch, hold_step, prepare_item, record_of
+from nw.jobs.api.handles import ProjectLike, reader, writer
+from nw.jobs.api.reads import queue_waits, reap_rows
 from nw.jobs.core import eta
 from nw.jobs.core.checks import check_actor, check_label, could_name_a_job
 from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
@@ -40,6 +40,7 @@ from nw.jobs.core.pipelines import (
     status_of,
 )
 from nw.jobs.core.records import JobRow, to_job
+from nw.jobs.execution.runtime import Runtime
 from nw.jobs.stores import shared_store
 from nw.jobs.stores.base import JobStore
 from nw.jobs.stores.pipelines import Links, pipelines_of
@@ -64,6 +65,7 @@ class _Plan:
         *,
         label: Any,
         actor: Any,
+        dispatch: Mapping[str, Callable] | None,
         config: JobsConfig,
     ):
         self.spec = read_steps(steps)
@@ -79,7 +81,7 @@ class _Plan:
                     proj,
                     fields.get("kind"),
                     {} if fields.get("params") is None else fields.get("params"),
-                    dispatch=None,
+                    dispatch=dispatch,
                     idempotency_key=f"{self.pipeline_id}/{name}",
                     label=fields.get("label"),
                     actor=self.actor,
@@ -129,7 +131,11 @@ class _Plan:
 
 
 def estimate_pipeline(
-    project: ProjectLike, steps: Mapping[str, Any], *, config: JobsConfig = DEFAULT_CONFIG
+    project: ProjectLike,
+    steps: Mapping[str, Any],
+    *,
+    dispatch: Mapping[str, Callable] | None = None,
+    config: JobsConfig = DEFAULT_CONFIG,
 ) -> dict[str, Any]:
     """What ``enqueue_pipeline`` would quote, without enqueueing: the sum of the
     steps' quotes (``estimated_usd``, a lower bound when any step's cost is
@@ -137,7 +143,7 @@ def estimate_pipeline(
     approval, and the ETA of the whole from learned durations. Refuses what
     ``enqueue_pipeline`` refuses (a cycle, an unknown step or kind)."""
     proj = as_project(project)
-    plan = _Plan(proj, steps, label=None, actor=None, config=config)
+    plan = _Plan(proj, steps, label=None, actor=None, dispatch=dispatch, config=config)
     total = plan.total()
     store = shared_store(proj, config, create=False)
     policy = budgets.policy_of(store)
@@ -182,6 +188,7 @@ def enqueue_pipeline(
     label: str | None = None,
     actor: str | Mapping[str, str] | None = None,
     approved: bool = False,
+    dispatch: Mapping[str, Callable] | None = None,
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> Pipeline:
     """Enqueue a pipeline: ``steps`` maps a step name to ``{"kind", "params",
@@ -190,7 +197,10 @@ def enqueue_pipeline(
     ``after`` entry ``{"step": name, "allow_failure": True}`` runs the step even
     when that one fails. A step starts once every step it comes after has
     succeeded; a body that declares ``inputs`` receives ``{step: result}`` of
-    those steps. Steps run on worker processes (registered kinds).
+    those steps. A step runs on worker processes (a registered kind), or in
+    this process when ``dispatch`` has its kind (the in-process tier, as
+    ``enqueue``'s): such a step waits for its upstreams without holding a pool
+    thread, and ends orphaned if this process dies first.
 
     All or nothing, decided before anything is written: a cycle, an unknown
     step name or kind, a refused param is ``InvalidInput`` naming the step;
@@ -200,7 +210,7 @@ def enqueue_pipeline(
     Re-submitting the same steps (same kinds, params and order) returns the
     existing pipeline (``created`` False) and pays nothing again."""
     proj = as_project(project)
-    plan = _Plan(proj, steps, label=label, actor=actor, config=config)
+    plan = _Plan(proj, steps, label=label, actor=actor, dispatch=dispatch, config=config)
     existing = shared_store(proj, config, create=False)
     if existing is not None and pipelines_of(existing).pipeline(plan.pipeline_id) is not None:
         found = get_pipeline(proj, plan.pipeline_id, config=config)
@@ -228,8 +238,11 @@ def enqueue_pipeline(
     budgets.check_approval(
         [total], budgets.policy_of(existing), config, approved=approved, names=["pipeline"]
     )
-    store = shared_store(proj, config, create=True)
-    records = _records(plan, store, config)
+    here = {n: plan.items[n].fn for n in plan.order if plan.items[n].fn is not None}
+    launches = {n: body_launch(proj, fn) for n, fn in here.items()}  # on the caller's thread
+    rt = writer(proj, config) if launches else None
+    store = rt.store if rt is not None else shared_store(proj, config, create=True)
+    records = _records(plan, store, rt, config)
     roots = [not plan.spec[name].after for name in plan.order]
     policy = budgets.policy_of(store)
 
@@ -263,7 +276,13 @@ def enqueue_pipeline(
         waiting=[plan.job_ids[n] for n, root in zip(plan.order, roots, strict=True) if not root],
         now=now,
     )
-    store.create_many(records, claimable=roots, admit=admit_all, also=linker(store, links))
+    claimable = [root and name not in here for name, root in zip(plan.order, roots, strict=True)]
+    also = linker(store, links)
+    made = store.create_many(records, claimable=claimable, admit=admit_all, also=also)
+    if rt is not None:
+        for name, (step_row, created) in zip(plan.order, made, strict=True):
+            if created and name in launches:
+                hold_step(store, rt, step_row, launches[name], plan.items[name].priority, config)
     if links.released:
         store.wake_workers()
     got = get_pipeline(proj, plan.pipeline_id, config=config)
@@ -275,7 +294,9 @@ def linker(store: JobStore, links: Links) -> Callable[[Any], None]:
     return pipelines_of(store).linker(links)
 
 
-def _records(plan: _Plan, store: JobStore, config: JobsConfig) -> list[dict[str, Any]]:
+def _records(
+    plan: _Plan, store: JobStore, rt: Runtime | None, config: JobsConfig
+) -> list[dict[str, Any]]:
     """Each step's queued record, tied to the pipeline (``pipeline_id``, ``step``,
     ``after``: the upstream jobs and their step names)."""
     items = [plan.items[name] for name in plan.order]
@@ -284,7 +305,7 @@ def _records(plan: _Plan, store: JobStore, config: JobsConfig) -> list[dict[str,
     samples = store.samples(keys, window=config.sample_window_k) if keys else {}
     out = []
     for name, item, eplan in zip(plan.order, items, eplans, strict=True):
-        record = record_of(item, eplan, samples, None, config)
+        record = record_of(item, eplan, samples, rt, config)
         record[PIPELINE_FIELD] = plan.pipeline_id
         record[STEP_FIELD] = name
         record[AFTER_FIELD] = [
@@ -312,16 +333,21 @@ def get_pipeline(
     if not isinstance(pipeline_id, str) or not pipeline_id.startswith("pl-"):
         return None
     proj = as_project(project)
-    store = shared_store(proj, config, create=False)
+    store, rt = reader(proj, config)
     if store is None:
         return None
     found = pipelines_of(store).pipeline(pipeline_id)
     if found is None:
         return None
     doc = found["doc"]
-    now = config.clock()
     steps_of = pipelines_of(store).steps(pipeline_id)
-    found_rows = store.get_many([job_id for _, job_id in steps_of])  # one query
+    ids = [job_id for _, job_id in steps_of]
+    found_rows = store.get_many(ids)  # one query
+    # a step whose process is gone is reaped as get_job reaps; its end may have
+    # stopped the steps after it (in the same transaction): read them again
+    if reap_rows(store, rt, list(found_rows.values()), config)[1]:
+        found_rows = store.get_many(ids)
+    now = config.clock()
     rows: dict[str, JobRow] = {n: found_rows[j] for n, j in steps_of if j in found_rows}
     names = [n for n in doc.get("order", sorted(rows)) if n in rows]
     # the steps queued for a claim wait their turn: the queue's replay says how long

@@ -26,7 +26,7 @@ from nw.jobs.core.model import (
 from nw.jobs.core.records import JobRow, to_job
 from nw.jobs.execution import recovery
 from nw.jobs.execution.journal import FINISHING_HINT
-from nw.jobs.execution.runtime import LocalRuntimes
+from nw.jobs.execution.runtimes import LocalRuntimes
 from nw.jobs.stores import open_store
 from nw.jobs.stores.base import JobStore
 from nw.project import as_project
@@ -312,6 +312,19 @@ def _remaining(row: JobRow, now: float, config: JobsConfig) -> float | None:
     elapsed = None if started is None else now - float(started)
     view = eta.project_eta(row.record, "running", elapsed_s=elapsed, config=config)
     return None if view.confidence == "prior" else view.remaining_s
+
+
+def reap_rows(
+    store: JobStore, rt: LocalRuntimes | None, rows: list[JobRow], config: JobsConfig
+) -> tuple[list[JobRow], bool]:
+    """``rows`` with each job whose process is gone reaped (the workers read once,
+    as for a page), and whether any was."""
+    if store.read_only:
+        return rows, False
+    now, workers = config.clock(), _workers_for(store, rows)
+    holds = rt.holds if rt is not None else (lambda _id: False)
+    out = [recovery.maybe_reap(store, row, now, config, holds, workers) for row in rows]
+    return out, any(a is not b for a, b in zip(rows, out, strict=True))
 
 
 def _workers_for(store: JobStore, rows: list[JobRow]) -> recovery.Workers:

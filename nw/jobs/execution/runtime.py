@@ -42,6 +42,7 @@ from nw.jobs.execution.learning import DurationLearningMiddleware
 from nw.jobs.execution.poller import Poller, Setup
 from nw.jobs.execution.pool import PooledThreadBackend
 from nw.jobs.execution.reaper import RunnersRead
+from nw.jobs.execution.step_waits import StepWaits
 from nw.jobs.stores.base import JobStore
 
 log = logging.getLogger("nw.jobs")
@@ -90,6 +91,9 @@ class Runtime:
         self._launches: dict[str, Launch] = {}
         self.poller: Poller | None = None
         """Looks after the parked jobs of its kinds (started by ``poll_parked``)."""
+        self._steps: StepWaits | None = None
+        """Its pipeline steps waiting on their upstreams (``submit_after``)."""
+        self._step_priority: dict[str, int] = {}
         self._timers: dict[str, threading.Timer] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -141,6 +145,8 @@ class Runtime:
             timer = self._timers.pop(job_id, None)
         if launch is not None:
             launch.cancel.set()
+            if self._steps is not None:  # a waiting step: the store ended it, let it go
+                self._steps.nudge()
         if timer is not None:  # delayed: to the pool now, where its start finds it
             timer.cancel()  # cancelled and lets it go (``_due`` will not launch it again)
             self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id)
@@ -152,28 +158,63 @@ class Runtime:
         ``priority`` first); a delayed one joins the pool's queue only when due,
         so it holds no thread while it waits."""
         before = self._hold(job_id, launch)
-        if launch.on_park is None:  # its body may park: this process then polls it
-            launch.on_park = lambda: self.poll_parked(launch.project).wake()
         try:
             self._ensure_beater()
-            delay = None if not_before is None else not_before - self.config.clock()
-            if delay is None or delay <= 0:
-                self.backend.launch(
-                    self._start_and_run, (job_id, launch), {}, job_id, None, priority
-                )
-                return
-            timer = threading.Timer(delay, self._due, (job_id, launch, priority))
-            timer.daemon = True
-            with self._lock:
-                self._timers[job_id] = timer
-            try:
-                timer.start()
-            except BaseException:
-                with self._lock:
-                    self._timers.pop(job_id, None)
-                raise
+            self._schedule(job_id, launch, priority, not_before)
         except BaseException:
             self._unhold(job_id, launch, before)
+            raise
+
+    def submit_after(self, job_id: str, launch: Launch, *, priority: int = 0) -> None:
+        """Run a pipeline step this process enqueued once the store releases it
+        (its upstreams succeeded): it holds no pool thread while it waits
+        (``step_waits``), and lets go when the store ends it instead."""
+        before = self._hold(job_id, launch)
+        try:
+            self._ensure_beater()  # its owner's beat keeps the waiting step alive
+            with self._lock:
+                if self._steps is None:
+                    self._steps = StepWaits(self.store, self._released, self._release)
+                self._step_priority[job_id] = priority
+            self._steps.add(job_id)
+        except BaseException:
+            self._unhold(job_id, launch, before)
+            raise
+
+    def _released(self, row: JobRow) -> None:
+        job_id = row.record["job_id"]
+        with self._lock:
+            launch = self._launches.get(job_id)
+            priority = self._step_priority.pop(job_id, 0)
+        if launch is None:
+            return
+        not_before = row.record.get("not_before")
+        due = float(not_before) if isinstance(not_before, (int, float)) else None
+        try:
+            self._schedule(job_id, launch, priority, due)
+        except BaseException:
+            self._release(job_id, launch)
+            raise
+
+    def _schedule(
+        self, job_id: str, launch: Launch, priority: int, not_before: float | None
+    ) -> None:
+        """To the pool now, or when ``not_before`` comes (a timer holds no thread)."""
+        if launch.on_park is None:  # its body may park: this process then polls it
+            launch.on_park = lambda: self.poll_parked(launch.project).wake()
+        delay = None if not_before is None else not_before - self.config.clock()
+        if delay is None or delay <= 0:
+            self.backend.launch(self._start_and_run, (job_id, launch), {}, job_id, None, priority)
+            return
+        timer = threading.Timer(delay, self._due, (job_id, launch, priority))
+        timer.daemon = True
+        with self._lock:
+            self._timers[job_id] = timer
+        try:
+            timer.start()
+        except BaseException:
+            with self._lock:
+                self._timers.pop(job_id, None)
             raise
 
     def _due(self, job_id: str, launch: Launch, priority: int) -> None:
@@ -257,6 +298,7 @@ class Runtime:
             # A re-run of the same id may already hold the slot: only drop our own.
             if launch is None or self._launches.get(job_id) is launch:
                 self._launches.pop(job_id, None)
+                self._step_priority.pop(job_id, None)
             self._idle.notify_all()
         if self._on_release is not None:
             self._on_release(job_id)
@@ -398,6 +440,8 @@ class Runtime:
         self._stop.set()
         if self.poller is not None:  # its look in hand ends first (a short one)
             self.poller.close()
+        if self._steps is not None:  # its waiting steps end orphaned with this process
+            self._steps.close()
         self.finishing.close()  # what is still kept stays in the journal for the next worker
         with self._lock:
             timers = list(self._timers.values())
@@ -408,72 +452,6 @@ class Runtime:
             self.store.unregister_runner(self.runner_id)
         except Exception:
             log.debug("could not unregister runner", exc_info=True)
-
-
-#: Per store location, one runtime per distinct execution config (pool size,
-#: beat timing, time limits, clock): a later call with other settings gets its
-#: own runtime instead of silently inheriting the first call's.
-_RUNTIMES: dict[tuple[str, str], dict[tuple, Runtime]] = {}
-_RUNTIMES_LOCK = threading.Lock()
-_RUNTIME_FIELDS = (
-    "max_concurrent",
-    "heartbeat_interval_s",
-    "heartbeat_stale_s",
-    "job_timeout_s",
-    "cancel_on_timeout",
-    "sample_window_k",
-    "clock",
-)
-
-
-def _config_key(config: JobsConfig) -> tuple:
-    return tuple(getattr(config, name) for name in _RUNTIME_FIELDS)
-
-
-def runtime_for(
-    key: tuple[str, str], make_store: Callable[[], JobStore], config: JobsConfig
-) -> Runtime:
-    with _RUNTIMES_LOCK:
-        group = _RUNTIMES.setdefault(key, {})
-        rt = group.get(_config_key(config))
-        if rt is None:
-            rt = group[_config_key(config)] = Runtime(make_store(), config)
-        return rt
-
-
-class LocalRuntimes:
-    """Every runtime of this process on one store, seen as one: does any hold a job?"""
-
-    def __init__(self, runtimes: list[Runtime]):
-        self.runtimes = runtimes
-
-    def holds(self, job_id: str) -> bool:
-        return any(rt.holds(job_id) for rt in self.runtimes)
-
-    def local_cancel(self, job_id: str) -> None:
-        for rt in self.runtimes:
-            rt.local_cancel(job_id)
-
-    def is_finishing(self, job_id: str) -> bool:
-        return any(rt.is_finishing(job_id) for rt in self.runtimes)
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        return all(rt.wait_idle(timeout) for rt in self.runtimes)
-
-
-def existing_runtime(key: tuple[str, str]) -> LocalRuntimes | None:
-    with _RUNTIMES_LOCK:
-        group = list(_RUNTIMES.get(key, {}).values())
-    return LocalRuntimes(group) if group else None
-
-
-def shutdown_runtimes(*, wait: bool = True) -> None:
-    """Stop every runtime of this process (tests, and orderly exits)."""
-    with _RUNTIMES_LOCK:
-        runtimes = [rt for group in _RUNTIMES.values() for rt in group.values()]
-        _RUNTIMES.clear()
-    for rt in runtimes:
-        rt.close(wait=wait)
 
 
 def beat_rest(now: float, *, runner_due: float, jobs_due: float) -> tuple[float, bool]:

@@ -51,10 +51,11 @@ ON CONFLICT (project_id, job_id) DO UPDATE SET unmet = excluded.unmet;
 
 -- name: release_ids
 -- A create's new waiting jobs whose upstreams had all ended well already:
--- claimable now (or at their not_before), and the workers woken.
+-- claimable now (or at their not_before; an in-process step is not: its
+-- process starts it, migration 0009), and the workers woken.
 WITH rel AS (
   UPDATE nw_jobs.jobs j
-     SET queue_at = greatest(%(now)s, coalesce((j.doc->>'not_before')::double precision, 0)),
+     SET queue_at = nw_jobs.release_due(j.doc, %(now)s),
          doc = j.doc || jsonb_build_object('released_at', %(now)s::double precision)
    WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
      AND j.au_status = 'pending' AND j.queue_at IS NULL AND j.finished_at IS NULL

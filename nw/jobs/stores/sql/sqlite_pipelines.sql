@@ -4,6 +4,14 @@
 -- a create's (the links of new jobs) and a job's end (`settle`: release
 -- the dependents whose last upstream just ended, cancel the ones it stops).
 
+-- fragment: release_due
+-- A released job's `queue_at` (job `j`): due at :now or at its not_before,
+-- for a worker to claim; none for a step whose body runs in the process that
+-- enqueued it (`runner` inproc, formerly local): that process starts it
+-- (nw/jobs/execution/step_waits.py), no worker may claim it.
+CASE WHEN j.doc ->> 'runner' IN ('inproc', 'local') THEN NULL
+     ELSE max(:now, coalesce(j.doc ->> 'not_before', 0)) END
+
 -- name: put_pipeline
 INSERT OR IGNORE INTO pipelines (pipeline_id, created_at, label, actor_id, doc)
 VALUES (:pipeline_id, :created_at, :label, :actor_id, :doc);
@@ -47,16 +55,16 @@ SELECT j.finished_at IS NOT NULL AS finished,
 -- :now or at their own not_before. The file's one writer decides, so no
 -- count is kept: the dependents' upstreams are read. Only waiting jobs move
 -- (queued, never claimable yet, not started, not cancelled).
-UPDATE jobs
-   SET queue_at = max(:now, coalesce(json_extract(doc, '$.not_before'), 0))
- WHERE job_id IN (SELECT e.job_id FROM job_edges e
-                   WHERE e.upstream_id IN (SELECT value FROM json_each(:ids)))
-   AND au_status = 'pending' AND queue_at IS NULL
-   AND started_at IS NULL AND finished_at IS NULL AND NOT cancel_requested
+UPDATE jobs AS j
+   SET queue_at = {{release_due}}
+ WHERE j.job_id IN (SELECT e.job_id FROM job_edges e
+                     WHERE e.upstream_id IN (SELECT value FROM json_each(:ids)))
+   AND j.au_status = 'pending' AND j.queue_at IS NULL
+   AND j.started_at IS NULL AND j.finished_at IS NULL AND NOT j.cancel_requested
    AND NOT EXISTS (
        SELECT 1 FROM job_edges u
          JOIN jobs uj ON uj.job_id = u.upstream_id
-        WHERE u.job_id = jobs.job_id
+        WHERE u.job_id = j.job_id
           AND NOT (uj.finished_at IS NOT NULL
                    AND ((uj.au_status = 'completed' AND NOT uj.cancel_requested)
                         OR u.allow_failure)))
@@ -102,8 +110,8 @@ SELECT pipeline_id, step FROM pipeline_steps WHERE job_id = :job_id LIMIT 1;
 
 -- name: release_ids
 -- A create's new waiting jobs whose upstreams had all ended well already.
-UPDATE jobs
-   SET queue_at = max(:now, coalesce(json_extract(doc, '$.not_before'), 0))
- WHERE job_id IN (SELECT value FROM json_each(:ids)) AND au_status = 'pending'
-   AND queue_at IS NULL
+UPDATE jobs AS j
+   SET queue_at = {{release_due}}
+ WHERE j.job_id IN (SELECT value FROM json_each(:ids)) AND j.au_status = 'pending'
+   AND j.queue_at IS NULL
 RETURNING job_id;
