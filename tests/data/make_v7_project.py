@@ -4,7 +4,7 @@ embedded SQLite file of schema version 7, two tables per job: ``jobs`` and
 
 Run with the code of main at c544a02 (schema 7), from the repository root:
 
-    git worktree add /tmp/nw-v7 c544a02 && cd /tmp/nw-v7 && \
+    git worktree add --detach /tmp/nw-v7 c544a02 && cd /tmp/nw-v7 && PYTHONPATH=. \
         python <this checkout>/tests/data/make_v7_project.py <this checkout>/tests/data
 
 It leaves a job in every state: succeeded with a result (NUL byte and
@@ -28,7 +28,6 @@ from pathlib import Path
 import nw
 from nw import jobs
 from nw.jobs import JobsConfig, register_kind
-from nw.jobs.execution.runtime import shutdown_runtimes
 from nw.jobs.stores import close_shared_stores, open_store
 
 FAR = 4102444800.0  # 2100-01-01: a delay or backoff that never comes due
@@ -77,6 +76,9 @@ def _rows(project, sql: str) -> list[dict]:
 
 
 def main(out: Path) -> None:
+    # where it was at c544a02 (the runtime registry moved to runtimes.py since)
+    from nw.jobs.execution.runtime import shutdown_runtimes
+
     folder = out / "v7_project"
     if folder.exists():
         shutil.rmtree(folder)
