@@ -10,6 +10,10 @@ On the embedded store and (with a URL) on PostgreSQL:
   releases its 1,000 dependents, and the statements it took (SQLite: every
   statement the connection ran, BEGIN and COMMIT included; PostgreSQL: the
   client's statements, plus those the trigger runs inside it).
+* ``cancel 1,002 steps``: another 1 -> 1,000 -> 1 pipeline, its root claimed
+  (running, no worker), then ``cancel_pipeline``: its wall time (the running
+  root flagged, the 1,001 waiting steps cancelled, the pipeline read back),
+  and the statements it took on SQLite.
 * ``fan-out/fan-in, 2 workers``: the same pipeline run to its end by two
   worker processes (4 slots each); wall time, and the fan-in's start after the
   last of its 1,000 upstreams finished.
@@ -21,7 +25,7 @@ On the embedded store and (with a URL) on PostgreSQL:
   dependent's start after its upstream's finish, and the fan's wall time.
 
     PYTHONPATH=. python misc/bench/pipeline_bench.py [--database-url URL]
-        [--width 1000] [--chain 200] [--phases release,fan,chain,inproc]
+        [--width 1000] [--chain 200] [--phases release,cancel,fan,chain,inproc]
 """
 
 from __future__ import annotations
@@ -122,6 +126,30 @@ def release_cost(project, config, width: int) -> None:
     jobs.cancel_pipeline(project, p.pipeline_id, config=config)
 
 
+def cancel_cost(project, config, width: int) -> None:
+    from nw.jobs.stores import shared_store
+
+    p = jobs.enqueue_pipeline(project, fan(width, "cancel"), config=config)
+    store = shared_store(nw.Project(project.root), config, create=True)
+    (row,) = store.claim(["bench.noop"], now=time.time(), runner_id="bench", limit=1)
+    assert row.record["step"] == "root"
+    count = [0]
+    sqlite = hasattr(store, "cursor")
+    if sqlite:
+        with store.cursor() as c:
+            c.set_trace_callback(lambda _sql: count.__setitem__(0, count[0] + 1))
+    t0 = time.perf_counter()
+    got = jobs.cancel_pipeline(project, p.pipeline_id, config=config)
+    took = time.perf_counter() - t0
+    how = ""
+    if sqlite:
+        with store.cursor() as c:
+            c.set_trace_callback(None)
+        how = f", {count[0]} statements on the store's connection (reads included)"
+    states = sorted({s.job.status.value for s in got.steps})
+    print(f"  cancel {width + 2} steps (1 running): {took * 1000:.0f} ms{how}; steps now {states}")
+
+
 def run_fan(project, config, width: int) -> None:
     url = ("--database-url", config.database_url) if config.database_url else ()
     procs = start_workers(project, 2, extra=("--max-concurrent", "4", *url))
@@ -199,7 +227,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=1000)
     ap.add_argument("--chain", type=int, default=200)
     ap.add_argument("--only", choices=("sqlite", "postgres"))
-    ap.add_argument("--phases", default="release,fan,chain,inproc")
+    ap.add_argument("--phases", default="release,cancel,fan,chain,inproc")
     args = ap.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} (1, 5 min)")
     backends = [("sqlite", None)] + ([("postgres", args.database_url)] if args.database_url else [])
@@ -214,6 +242,8 @@ def main() -> None:
                 try:
                     if what == "release":
                         release_cost(project, config, args.width)
+                    elif what == "cancel":
+                        cancel_cost(project, config, args.width)
                     elif what == "fan":
                         run_fan(project, config, args.width)
                     elif what == "inproc":

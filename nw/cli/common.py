@@ -1,6 +1,6 @@
 """What every subcommand shares: exit statuses, the project and job-id
 resolution, one-line user errors, output helpers and argument values
-(ages, ``--since``, ``--params``, ``--import``)."""
+(ages, ``--since``, ``--params``, ``--import``, a JSON file)."""
 
 from __future__ import annotations
 
@@ -137,6 +137,27 @@ def params_from(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UserError(f"--params must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def json_file(path: str, what: str) -> Any:
+    """The JSON value in the file ``path`` (``-``: standard input); one that
+    cannot be read, is not UTF-8 text or is not JSON is one line naming ``what``
+    (the option or argument it came from)."""
+    from pathlib import Path
+
+    where = f"{what} (standard input)" if path == "-" else f"{what} {path}"
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{where} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
 
 
 def cwd_on_path() -> None:

@@ -5,10 +5,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from nw.cli.common import (
@@ -18,6 +16,7 @@ from nw.cli.common import (
     UserError,
     import_modules,
     job_dict,
+    json_file,
     make_console,
     one_job,
     params_from,
@@ -278,14 +277,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def _batch(path: str) -> list[Any]:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"--batch {path}: {exc.strerror or exc}") from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--batch is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    value = json_file(path, "--batch")
     if not isinstance(value, list):
         raise UserError(f"--batch must be a JSON array of items, got {type(value).__name__}")
     return value

@@ -101,7 +101,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_spend(args: argparse.Namespace) -> int:
-    from nw.cli.render import totals_view
+    from nw.cli.project_views import totals_view
     from nw.jobs import spend, totals
 
     project = project_from(args)

@@ -22,7 +22,7 @@ from nw.cli.common import (
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
-    from nw.cli.render import workers_table
+    from nw.cli.project_views import workers_table
     from nw.jobs import workers
 
     project = project_from(args)

@@ -4,13 +4,19 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from nw.cli.common import EXIT_OK, UserError, make_console, print_json, project_from, resolve_id
+from nw.cli.common import (
+    EXIT_OK,
+    UserError,
+    import_modules,
+    json_file,
+    make_console,
+    print_json,
+    project_from,
+    resolve_id,
+)
 
 ACTIONS = ("run", "show", "estimate", "cancel", "retry")
 
@@ -32,14 +38,7 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser], parents: list) -> N
 
 
 def _steps(target: str) -> Any:
-    try:
-        text = sys.stdin.read() if target == "-" else Path(target).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read {target}: {exc.strerror}") from None
-    try:
-        spec = json.loads(text)
-    except ValueError as exc:
-        raise UserError(f"{target} is not JSON: {exc}") from None
+    spec = json_file(target, "steps file")
     if isinstance(spec, dict) and isinstance(spec.get("steps"), dict):
         return spec["steps"]  # {"steps": {...}} or the steps themselves
     return spec
@@ -59,9 +58,8 @@ def _pipeline_id(project: Any, target: str) -> str:
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from nw.jobs.api import pipeline_retry, pipelines
 
+    import_modules(args.imports or ())
     project = project_from(args)
-    for module in args.imports or ():
-        __import__(module)
     if args.action == "run":
         got = pipelines.enqueue_pipeline(
             project,

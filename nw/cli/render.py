@@ -52,7 +52,7 @@ def text(value: Any, style: str = "") -> Text:
     return Text(escaped(str(value)), style=style)
 
 
-def _cell(value: Any) -> Any:
+def cell(value: Any) -> Any:
     """A table cell: a string (data, or built from it) as ``text``; a renderable as is."""
     if value is None:
         return Text("—")
@@ -306,7 +306,7 @@ def jobs_table(
             style=column.style,
         )
     for job in jobs:
-        cells = [_cell(column.cell(job)) for column in shown]
+        cells = [cell(column.cell(job)) for column in shown]
         if not noted and _note(job):  # no room for the note: the status says why it ended
             at = next(i for i, c in enumerate(shown) if c.name == "status")
             cells[at] = Text.assemble(cells[at], text(f": {_note(job)}", style="dim"))
@@ -318,7 +318,7 @@ def _note(job: Mapping[str, Any]) -> str:
     return outcome_text(job) if job.get("status") not in LIVE else ""
 
 
-def _when(value: str | None) -> str:
+def when_text(value: str | None) -> str:
     if not value:
         return "—"
     try:
@@ -398,9 +398,9 @@ def job_detail(
         ("ETA", eta_text(job)) if live else ("ran", duration(job.get("elapsed_s"))),
         ("stage", stage_text(job)),
         ("cost", Text("\n".join(map(escaped, cost_lines(job, quote))))),
-        ("created", _when(job.get("created_at"))),
-        ("started", _when(job.get("started_at"))),
-        ("finished", _when(job.get("finished_at"))),
+        ("created", when_text(job.get("created_at"))),
+        ("started", when_text(job.get("started_at"))),
+        ("finished", when_text(job.get("finished_at"))),
         ("queue wait", duration(job.get("queue_wait_s"))),
         ("attempt", f"{job.get('attempt')} of {job.get('max_attempts')}"),
     ]
@@ -416,7 +416,7 @@ def job_detail(
     if job.get("worker_silent_s") is not None:
         rows.append(("worker silent", duration(job["worker_silent_s"])))
     for name, value in rows:
-        grid.add_row(name, _cell(value))
+        grid.add_row(name, cell(value))
     parts: list[Any] = [grid]
     attempts = job.get("attempts") or []
     if attempts:
@@ -427,12 +427,12 @@ def job_detail(
             where = f"{a.get('host') or '?'} pid {a.get('pid') or '?'}"
             table.add_row(
                 *map(
-                    _cell,
+                    cell,
                     (
                         str(a.get("attempt")),
                         where,
-                        _when(a.get("started_at")),
-                        _when(a.get("ended_at")),
+                        when_text(a.get("started_at")),
+                        when_text(a.get("ended_at")),
                         a.get("ended") or "running",
                         a.get("error") or "",
                     ),
@@ -451,7 +451,7 @@ def job_detail(
             pct = beat.get("pct")
             stage = stage_text({"progress": beat.get("stage") or {}})
             pct_shown = "—" if pct is None else f"{pct:.0f}"
-            steps.add_row(*map(_cell, (when, pct_shown, stage, str(beat.get("message") or ""))))
+            steps.add_row(*map(cell, (when, pct_shown, stage, str(beat.get("message") or ""))))
         parts.append(steps)
     parts.append(Text("params", style="bold"))
     parts.append(_json_text(shown_params(job.get("params") or {})))
@@ -459,68 +459,3 @@ def job_detail(
         parts.append(Text("result", style="bold"))
         parts.append(_json_text(job["result"]))
     return Group(*parts)
-
-
-def totals_view(data: Mapping[str, Any], *, title: str | None = None) -> Group:
-    """``nw-jobs spend``: today and this week by kind and actor, then the counts."""
-    parts: list[Any] = []
-    if title:
-        parts.append(text(title, style="bold"))
-    spend = data.get("spend") or {}
-    for window, name in (("today", "today (UTC)"), ("week", "the last 7 days")):
-        got = spend.get(window) or {}
-        figure = usd(float(got.get("usd") or 0.0))
-        parts.append(Text(f"{name}: {'≥ ' if got.get('lower_bound') else ''}{figure}"))
-        table = Table(box=box.SIMPLE, show_header=True, pad_edge=False)
-        table.add_column("by")
-        table.add_column("name")
-        table.add_column("spent", justify="right")
-        for by in ("kind", "actor"):
-            for key, value in sorted((got.get(f"by_{by}") or {}).items()):
-                table.add_row(by, text(key), usd(float(value)))
-        if table.row_count:
-            parts.append(table)
-    committed = data.get("committed")
-    if committed:
-        line = f"committed (what a budget counts): {usd(float(committed['total_usd']))}"
-        if committed.get("budget_usd") is not None:
-            line += f" of {usd(float(committed['budget_usd']))}"
-        parts.append(Text(line))
-    counts = data.get("counts") or {}
-    for name in ("by_status", "by_grade"):
-        got = counts.get(name) or {}
-        said = ", ".join(f"{k} {v}" for k, v in sorted(got.items())) or "none"
-        parts.append(Text(f"jobs {name.replace('_', ' ')}: {said}"))
-    return Group(*parts)
-
-
-def workers_table(workers: Iterable[Mapping[str, Any]], *, title: str | None = None) -> Table:
-    """``nw-jobs workers``: each announced process, live or lately lost."""
-    table = Table(
-        title=None if title is None else text(title),
-        box=box.SIMPLE_HEAVY,
-        title_justify="left",
-        pad_edge=False,
-    )
-    for name in ("worker", "state", "busy", "kinds", "started", "last beat", "jobs"):
-        # words wrap whole (a kind is not cut mid-name); only one longer than the
-        # column is folded
-        table.add_column(name, overflow="fold", no_wrap=False)
-    for w in workers:
-        state = text(w["state"], style="green" if w["state"] == "live" else "red")
-        slots = w.get("slots")
-        table.add_row(
-            *map(
-                _cell,
-                (
-                    f"{w.get('host') or '?'} pid {w.get('pid') or '?'}",
-                    state,
-                    f"{w.get('busy', 0)}/{slots}" if slots else str(w.get("busy", 0)),
-                    ", ".join(map(str, w.get("kinds") or [])) or str(w.get("role") or "—"),
-                    _when(w.get("started_at")),
-                    _when(w.get("last_beat_at")),
-                    " ".join(short_id(j) for j in w.get("jobs") or []) or "—",
-                ),
-            )
-        )
-    return table

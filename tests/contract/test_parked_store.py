@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nw.jobs.stores.parking import Repark
+from nw.jobs.stores.parking import Park, Repark
 from tests.contract.test_store_contract import T0, queued
 
 
@@ -19,16 +19,8 @@ def running(store, kind="render"):
 
 def park(store, rec, *, due=T0 + 2, request_id="req-1", deadline=None):
     fields = {"parked": {"provider": "fake", "request_id": request_id, "since": T0 + 1}}
-    return store.park(
-        rec["job_id"],
-        attempt=rec["attempt"],
-        kind=rec["kind"],
-        request_id=request_id,
-        due_at=due,
-        deadline_at=deadline,
-        fields=fields,
-        now=T0 + 1,
-    )
+    p = Park(rec["job_id"], rec["attempt"], rec["kind"], request_id, due, deadline, fields)
+    return store.park(p, now=T0 + 1)
 
 
 def test_a_park_is_fenced_by_the_attempt_and_a_look_takes_a_due_job_once(store):

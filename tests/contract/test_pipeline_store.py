@@ -165,3 +165,65 @@ def test_a_cancelled_waiting_job_cancels_its_dependents(store):
     row = store.get(ids["c"])
     assert row.status.value == "cancelled"
     assert row.record["error"] == "cancelled: upstream step 'b' was cancelled"
+
+
+def test_a_pipelines_cancel_ends_its_queued_steps_and_flags_its_running_one(store):
+    """``cancel``: what ``request_cancel`` does to each unfinished step, at once;
+    a job outside the pipeline that waits on a step is settled as one cancel
+    settles it (stopped, or released through ``allow_failure``)."""
+    now = time.time()
+    shape = {"a": [], "b": [("a", False)], "c": []}
+    ids = {name: jid() for name in shape}
+    records = [
+        record(
+            ids[n],
+            kind=KIND,
+            at=now + (0.5 if n == "c" else 0.0),  # a is claimed first
+            step=n,
+            after=[{"job_id": ids[u], "step": u, "allow_failure": a} for u, a in shape[n]],
+        )
+        for n in shape
+    ]
+    pid = "pl-" + jid()[:24]
+    links = Links(
+        pipeline={"pipeline_id": pid, "created_at": now, "doc": {"order": list(shape)}},
+        steps=[(n, ids[n]) for n in shape],
+        edges=[Edge(ids["a"], ids["b"], "a", False)],
+        waiting=[ids["b"]],
+        now=now,
+    )
+    pipes = pipelines_of(store)
+    store.create_many(records, claimable=[True, False, True], also=pipes.linker(links))
+    (running,) = store.claim([KIND], now=now + 1, runner_id="t", limit=1)
+    assert running.record["job_id"] == ids["a"]
+    # two jobs outside the pipeline: one stopped by b's cancel, one run anyway after c
+    x, y = jid(), jid()
+    outside = Links(
+        pipeline=None,
+        steps=(),
+        edges=[Edge(ids["b"], x, "b", False), Edge(ids["c"], y, "c", True)],
+        waiting=[x, y],
+        now=now,
+    )
+    store.create_many(
+        [record(x, kind="other", at=now), record(y, kind="other", at=now)],
+        claimable=[False, False],
+        also=pipes.linker(outside),
+    )
+
+    assert pipes.cancel(pid, now=now + 2) == [ids["a"]]
+    states = {n: store.get(ids[n]).status.value for n in shape}
+    assert states == {"a": "cancelling", "b": "cancelled", "c": "cancelled"}
+    assert store.get(ids["a"]).record["cancel_requested"]
+    for n in ("b", "c"):
+        rec = store.get(ids[n]).record
+        assert rec["error"] == "cancelled before start" and rec["error_kind"] == "cancelled"
+        assert rec["finished_at"] == now + 2 and rec["cancel_requested"]
+    assert store.get(x).record["error"] == "cancelled: upstream step 'b' was cancelled"
+    assert claim_all_of(store, "other") == {y}  # c's cancel released y (allow_failure)
+    assert pipes.cancel(pid, now=now + 3) == []  # nothing left to cancel
+    assert pipes.cancel("pl-" + jid()[:24], now=now) == []
+
+
+def claim_all_of(store, kind: str) -> set[str]:
+    return {r.record["job_id"] for r in store.claim([kind], now=time.time() + 5, runner_id="t")}

@@ -363,6 +363,37 @@ def test_approval_is_asked_for_the_whole_pipeline_not_each_step(project, cfg, tm
         jobs.set_approval(project, threshold_usd=None, mode="advisory", config=cfg)
 
 
+def test_the_stored_approval_threshold_decides_the_estimate(project, cfg, tmp_path):
+    from nw.jobs import ApprovalRequired
+
+    # three steps of $0.20: $0.60, under the config's threshold ($1.00)
+    steps = {
+        f"s{i}": {"kind": "p.step", "params": {"name": f"s{i}", "estimated_usd": 0.2}}
+        for i in range(3)
+    }
+    assert not jobs.estimate_pipeline(project, steps, config=cfg)["requires_approval"]
+    try:
+        jobs.set_approval(project, threshold_usd=0.5, mode="advisory", config=cfg)
+        assert jobs.estimate_pipeline(project, steps, config=cfg)["requires_approval"]
+        jobs.set_approval(project, threshold_usd=0.5, mode="required", config=cfg)
+        assert jobs.estimate_pipeline(project, steps, config=cfg)["requires_approval"]
+        with pytest.raises(ApprovalRequired):
+            jobs.enqueue_pipeline(project, steps, config=cfg)
+        assert stored_jobs(project, cfg) == 0
+        # a stored threshold above the config's: $1.20 needs no approval
+        jobs.set_approval(project, threshold_usd=5.0, mode="advisory", config=cfg)
+        dear = {
+            name: {**s, "params": {**s["params"], "estimated_usd": 0.4}}
+            for name, s in steps.items()
+        }
+        assert not jobs.estimate_pipeline(project, dear, config=cfg)["requires_approval"]
+        jobs.set_approval(project, threshold_usd=0.5, mode="required", config=cfg)
+        made = jobs.enqueue_pipeline(project, steps, approved=True, config=cfg)
+        assert made.created
+    finally:  # on PostgreSQL the approval policy is the database's
+        jobs.set_approval(project, threshold_usd=None, mode="advisory", config=cfg)
+
+
 def test_each_step_keeps_enqueues_options_and_the_pipelines_actor(project, cfg, tmp_path):
     steps = {
         "a": {"kind": "p.step", "params": {"name": "a"}, "priority": 5, "limit_key": "prov:x"},

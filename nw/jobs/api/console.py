@@ -120,7 +120,7 @@ def _retry_jobs(
     proj: Project, store: JobStore, rows: list[JobRow], *, approved: bool, config: JobsConfig
 ) -> list[Job]:
     """``retry_jobs`` of jobs outside any pipeline: gated as a whole, then each."""
-    runs = [_new_run(proj, store, row, config) for row in rows]
+    runs = [new_run(proj, store, row, config) for row in rows]
     if config.budget_usd is not None:
         quotes = [quote.estimated_usd for _, quote in runs]
         unknown = any(q is None for q in quotes)
@@ -170,11 +170,11 @@ def _retry(
             f"job {row.record['job_id']} is {status}: only a failed or cancelled job is retried"
             f" ({why})"
         )
-    record, quote = _new_run(proj, store, row, config)
+    record, quote = new_run(proj, store, row, config)
     return _create(store, record, quote, approved=approved, config=config)
 
 
-def _new_run(
+def new_run(
     proj: Project, store: JobStore, row: JobRow, config: JobsConfig
 ) -> tuple[dict[str, Any], Quote]:
     """The record of a new run of a finished job, and today's quote for it."""
@@ -418,8 +418,3 @@ def metrics(project: ProjectLike, *, config: JobsConfig = DEFAULT_CONFIG) -> dic
         "workers": workers(proj, config=config),
         "durations": durations,
     }
-
-
-# A pipeline's retry makes each step's new run as ``retry_job`` does
-# (nw/jobs/api/pipelines.py).
-new_run = _new_run

@@ -11,7 +11,6 @@ from nw.errors import InvalidType, InvalidValue
 from nw.jobs.api import budgets, costing
 from nw.jobs.api.enqueueing import hold_step, record_of
 from nw.jobs.api.handles import writer
-from nw.jobs.api.pipelines import linker
 from nw.jobs.core import eta
 from nw.jobs.core.checks import could_name_a_job
 from nw.jobs.core.model import Job, JobsConfig
@@ -19,7 +18,7 @@ from nw.jobs.core.pipelines import AFTER_FIELD, Edge
 from nw.jobs.core.records import to_job
 from nw.jobs.execution.body import Launch
 from nw.jobs.stores import shared_store
-from nw.jobs.stores.pipelines import Links
+from nw.jobs.stores.pipelines import Links, pipelines_of
 from nw.project import Project
 
 
@@ -52,7 +51,8 @@ def enqueue_after(
     runs it once the store releases it (``Runtime.submit_after``). A job id no
     job of the project has refuses it, nothing written."""
     existing = shared_store(proj, config, create=False)
-    missing = [j for j in after if existing is None or existing.get(j) is None]
+    found = existing.get_many(after) if existing is not None else {}  # one query
+    missing = [j for j in after if j not in found]
     if missing:
         raise InvalidValue(f"after names no job of this project: {missing[0]}")
     now = config.clock()
@@ -87,7 +87,7 @@ def enqueue_after(
         now=now,
     )
     [(row, made)] = store.create_many(
-        [record], claimable=[False], admit=admit, also=linker(store, links)
+        [record], claimable=[False], admit=admit, also=pipelines_of(store).linker(links)
     )
     if made and rt is not None and launch is not None:
         hold_step(store, rt, row, launch, item.priority, config)

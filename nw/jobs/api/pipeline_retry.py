@@ -10,12 +10,12 @@ from nw.errors import InvalidValue
 from nw.jobs.api import budgets
 from nw.jobs.api.console import new_run
 from nw.jobs.api.handles import ProjectLike
-from nw.jobs.api.pipelines import get_pipeline, linker
+from nw.jobs.api.pipelines import get_pipeline
 from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
 from nw.jobs.core.pipelines import AFTER_FIELD, PIPELINE_FIELD, STEP_FIELD, Edge, Pipeline
 from nw.jobs.core.records import JobRow, to_job
 from nw.jobs.stores import shared_store
-from nw.jobs.stores.pipelines import Links
+from nw.jobs.stores.pipelines import Links, pipelines_of
 from nw.project import Project, as_project
 
 
@@ -37,19 +37,34 @@ def retry_pipeline(
     got = get_pipeline(proj, pipeline_id, config=config)
     if got is None:
         return None
+    if not _retry(proj, got, steps, approved=approved, config=config):
+        return got
+    return get_pipeline(proj, pipeline_id, config=config)
+
+
+def _retry(
+    proj: Project,
+    got: Pipeline,
+    steps: Sequence[str] | None,
+    *,
+    approved: bool,
+    config: JobsConfig,
+) -> bool:
+    """``retry_pipeline``'s writes over the pipeline as read (``got``): whether
+    any step runs again."""
     chosen = _below(got, steps)
     redo = [
         s for s in got.steps if s.name in chosen and s.job.status.value in ("failed", "cancelled")
     ]
     if not redo:
-        return got
+        return False
     store = shared_store(proj, config, create=True)
     by_name = {s.name: s for s in got.steps}
     now = config.clock()
+    rows = store.get_many([s.job.job_id for s in redo])  # one query
     records, quotes = [], []
     for s in redo:
-        row = store.get(s.job.job_id)
-        assert row is not None
+        row = rows[s.job.job_id]
         record, quote = new_run(proj, store, row, config)
         for name in (PIPELINE_FIELD, STEP_FIELD, AFTER_FIELD):
             record[name] = row.record.get(name)
@@ -76,17 +91,21 @@ def retry_pipeline(
         now=now,
     )
     links = Links(pipeline=None, steps=(), edges=edges, waiting=waiting, now=now)
-    store.create_many(records, claimable=roots, admit=admit, also=linker(store, links))
+    linker = pipelines_of(store).linker(links)
+    store.create_many(records, claimable=roots, admit=admit, also=linker)
     if links.released:
         store.wake_workers()
-    return get_pipeline(proj, pipeline_id, config=config)
+    return True
 
 
 def retry_step(proj: Project, row: JobRow, *, approved: bool, config: JobsConfig) -> Job:
     """``retry_job`` of a pipeline's failed or cancelled step: it and the steps
-    below it that did not succeed run again (``retry_pipeline``)."""
+    below it that did not succeed run again (``retry_pipeline``'s writes; only
+    the step is read back)."""
     pipeline_id, step = str(row.record["pipeline_id"]), str(row.record.get("step"))
-    retry_pipeline(proj, pipeline_id, steps=[step], approved=approved, config=config)
+    got = get_pipeline(proj, pipeline_id, config=config)
+    if got is not None:
+        _retry(proj, got, [step], approved=approved, config=config)
     store = shared_store(proj, config, create=True)
     fresh = store.get(row.record["job_id"]) or row
     return to_job(fresh, config.clock(), config)

@@ -146,18 +146,12 @@ def estimate_pipeline(
     plan = _Plan(proj, steps, label=None, actor=None, dispatch=dispatch, config=config)
     total = plan.total()
     store = shared_store(proj, config, create=False)
-    policy = budgets.policy_of(store)
-    needs = total.requires_approval(config) or (
-        policy.mode == "required" and policy.requires_approval(total.estimated_usd, config)
-    )
+    policy = budgets.policy_of(store)  # the stored threshold, as ``estimate`` reads it
+    needs = policy.requires_approval(total.estimated_usd, config)
     predicted: dict[str, float | None] = {}
     priors: list[str] = []
-    for name in plan.order:
-        item = plan.items[name]
-        eplan = eta.eta_plan(item.params, item.units, config)
-        samples = (
-            store.samples(eta.sample_keys(eplan), window=config.sample_window_k) if store else {}
-        )
+    eplans, samples = _learned(plan, store, config)
+    for name, eplan in zip(plan.order, eplans, strict=True):
         fields = eta.prediction_fields(eplan, samples, config)
         predicted[name] = fields.get("eta_p50")
         if fields.get("eta_confidence") in (None, "prior"):
@@ -277,7 +271,7 @@ def enqueue_pipeline(
         now=now,
     )
     claimable = [root and name not in here for name, root in zip(plan.order, roots, strict=True)]
-    also = linker(store, links)
+    also = pipelines_of(store).linker(links)
     made = store.create_many(records, claimable=claimable, admit=admit_all, also=also)
     if rt is not None:
         for name, (step_row, created) in zip(plan.order, made, strict=True):
@@ -290,19 +284,13 @@ def enqueue_pipeline(
     return Pipeline(**{**got.__dict__, "created": True})
 
 
-def linker(store: JobStore, links: Links) -> Callable[[Any], None]:
-    return pipelines_of(store).linker(links)
-
-
 def _records(
     plan: _Plan, store: JobStore, rt: Runtime | None, config: JobsConfig
 ) -> list[dict[str, Any]]:
     """Each step's queued record, tied to the pipeline (``pipeline_id``, ``step``,
     ``after``: the upstream jobs and their step names)."""
     items = [plan.items[name] for name in plan.order]
-    eplans = [eta.eta_plan(item.params, item.units, config) for item in items]
-    keys = list(dict.fromkeys(k for p in eplans for k in eta.sample_keys(p)))
-    samples = store.samples(keys, window=config.sample_window_k) if keys else {}
+    eplans, samples = _learned(plan, store, config)
     out = []
     for name, item, eplan in zip(plan.order, items, eplans, strict=True):
         record = record_of(item, eplan, samples, rt, config)
@@ -314,6 +302,18 @@ def _records(
         ]
         out.append(record)
     return out
+
+
+def _learned(
+    plan: _Plan, store: JobStore | None, config: JobsConfig
+) -> tuple[list[eta.EtaPlan], dict[str, list[float]]]:
+    """Each step's ETA plan, in order, and the durations learned for all of
+    them, read in one query (none without a store)."""
+    items = [plan.items[name] for name in plan.order]
+    eplans = [eta.eta_plan(item.params, item.units, config) for item in items]
+    keys = list(dict.fromkeys(k for p in eplans for k in eta.sample_keys(p)))
+    samples = store.samples(keys, window=config.sample_window_k) if store and keys else {}
+    return eplans, samples
 
 
 def _edges(plan: _Plan) -> list[Edge]:
@@ -438,17 +438,20 @@ def _spent(job: Job) -> float:
 def cancel_pipeline(
     project: ProjectLike, pipeline_id: str, *, config: JobsConfig = DEFAULT_CONFIG
 ) -> Pipeline | None:
-    """Cancel every step not finished (a running one stops as ``cancel_job``
-    stops it; the waiting ones are cancelled at once). None when unknown."""
-    from nw.jobs.api.facade import cancel_job
-
-    got = get_pipeline(project, pipeline_id, config=config)
-    if got is None:
+    """Cancel every step not finished, as ``cancel_job`` cancels one (a running
+    one stops as its outcome says; the queued ones, waiting or not, are
+    cancelled at once), in one statement. None when unknown."""
+    if not isinstance(pipeline_id, str) or not pipeline_id.startswith("pl-"):
         return None
-    for step in reversed(got.steps):  # the waiting ones first: none is released meanwhile
-        if step.job.status.value not in _ENDED:
-            cancel_job(project, step.job.job_id, config=config)
-    return get_pipeline(project, pipeline_id, config=config)
+    proj = as_project(project)
+    store, rt = reader(proj, config)
+    if store is None or pipelines_of(store).pipeline(pipeline_id) is None:
+        return None
+    running = pipelines_of(store).cancel(pipeline_id, now=config.clock())
+    if rt is not None:
+        for job_id in running:
+            rt.local_cancel(job_id)
+    return get_pipeline(proj, pipeline_id, config=config)
 
 
 def pipeline_of_job(

@@ -45,7 +45,7 @@ def get_job(
     row = store.get(job_id)
     if row is None:
         return None
-    return _read(store, row, rt, config, wait=_waits(store, [row], config).get(job_id))
+    return _read(store, row, rt, config, wait=queue_waits(store, [row], config).get(job_id))
 
 
 def list_jobs(
@@ -85,7 +85,7 @@ def list_jobs(
             status=status, actor_id=actor, kind=kind, grade=grade, q=q, before=cursor, limit=limit
         )
         workers = _workers_for(store, rows)
-        held = _waits(store, rows, config)
+        held = queue_waits(store, rows, config)
         page = [
             _read(store, row, rt, config, workers, held.get(row.record["job_id"])) for row in rows
         ]
@@ -184,7 +184,7 @@ def snapshot(
         try:
             rows = [r for r in store.live() if _actor_matches(r, actor)]
             workers = _workers_for(store, rows)
-            held = _waits(store, rows, config)
+            held = queue_waits(store, rows, config)
             for status in ("succeeded", "failed", "cancelled"):
                 rows += store.page(status=status, actor_id=actor, limit=recent_limit)
         finally:
@@ -252,7 +252,7 @@ def _read(
     return job
 
 
-def _waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str, waits.Wait]:
+def queue_waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict[str, waits.Wait]:
     """The predicted start and what holds each queued job of ``rows`` (see
     ``nw.jobs.core.waits``): one replay of the queue for the whole page, only when a
     job is queued, and shared by the reads of the next second (``queue_view``)."""
@@ -338,8 +338,3 @@ def worker_seen(store: JobStore, row: JobRow) -> Any:
     if row.status not in ACTIVE_STATUSES:
         return None
     return recovery.worker_of(row, recovery.workers_seen(store))
-
-
-# A pipeline's queued steps are read with the same replay of the queue
-# (nw/jobs/api/pipelines.py: their ETA counts their wait).
-queue_waits = _waits

@@ -43,6 +43,9 @@ def job_status(au_status: str, *, cancel_requested: bool, finished: bool) -> Sta
         raise ValueError(f"unknown au status {au_status!r}") from None
 
 
+CANCELLED_BEFORE_START = {"error": "cancelled before start", "error_kind": ERROR_KIND_CANCELLED}
+"""What a queued job's record says when a cancel ends it (it never ran)."""
+
 CANCELLED_AFTER_RETURN = "cancelled on request; the body had already finished its work"
 
 

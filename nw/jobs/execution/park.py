@@ -18,6 +18,7 @@ from au import ComputationResult, ComputationStatus
 from nw.errors import InvalidValue
 from nw.jobs.core import eta, kinds, parked
 from nw.jobs.core.model import JobsConfig
+from nw.jobs.stores.parking import Park
 from nw.jobs.stores.roles import WorkerStore
 
 log = logging.getLogger("nw.jobs")
@@ -67,14 +68,7 @@ def park_attempt(
     if deadline is not None:
         due = min(due, deadline)
     done = store.park(
-        job_id,
-        attempt=attempt,
-        kind=kind,
-        request_id=submitted.request_id,
-        due_at=due,
-        deadline_at=deadline,
-        fields=fields,
-        now=now,
+        Park(job_id, attempt, kind, submitted.request_id, due, deadline, fields), now=now
     )
     if done:
         log.debug("job %s parked on %s (%s)", job_id, submitted.provider, submitted.request_id)

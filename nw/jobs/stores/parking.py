@@ -5,8 +5,10 @@ A parked job (``nw.jobs.core.parked``) keeps its poll schedule in the
 id, when it is next looked at, a poller's short lease on it, its deadline, and
 a webhook payload kept until a look applies it. ``ParkedStore`` is what the
 poller, the body runner and the webhook route ask of a store; each engine has
-its own (``sqlite_parked.SqliteParking``, ``pg_parked.PgParking``), mixed into
-its store class.
+its own park, look and put-back (``sqlite_parked.SqliteParking``,
+``pg_parked.PgParking``, mixed into its store class); the webhook, the count
+and the prune are written once over the store's connector
+(``shared.SharedStore``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,21 @@ class Look:
 
 
 @dataclass(frozen=True)
+class Park:
+    """A job's attempt parked on a provider: its request id, its first look at
+    ``due_at``, its ``deadline_at``, and the record fields written with it
+    (``parked``, ``resume``)."""
+
+    job_id: str
+    attempt: int
+    kind: str
+    request_id: str
+    due_at: float
+    deadline_at: float | None
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Repark:
     """A look's end that left the job parked: its next look at ``due_at``."""
 
@@ -53,19 +70,8 @@ class Repark:
 
 @runtime_checkable
 class ParkedStore(Protocol):
-    def park(
-        self,
-        job_id: str,
-        *,
-        attempt: int,
-        kind: str,
-        request_id: str,
-        due_at: float,
-        deadline_at: float | None,
-        fields: Mapping[str, Any],
-        now: float,
-    ) -> bool:
-        """Record a park, fenced by ``attempt`` (False: the job moved on or ended)."""
+    def park(self, p: Park, *, now: float) -> bool:
+        """Record a park, fenced by its attempt (False: the job moved on or ended)."""
         ...
 
     def look_parked(
@@ -76,8 +82,6 @@ class ParkedStore(Protocol):
         ...
 
     def repark(self, items: Sequence[Repark], *, now: float) -> None: ...
-
-    def unpark(self, job_id: str) -> None: ...
 
     def keep_webhook(self, job_id: str, attempt: int, payload: Any, *, now: float) -> Kept: ...
 

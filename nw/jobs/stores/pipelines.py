@@ -52,6 +52,13 @@ class PipelineStore(ABC):
     def pipeline_of(self, job_id: str) -> tuple[str, str] | None:
         """``(pipeline id, step)`` of the pipeline a job is a step of."""
 
+    @abstractmethod
+    def cancel(self, pipeline_id: str, *, now: float) -> list[str]:
+        """Cancel every unfinished step as ``request_cancel`` cancels one, in a
+        bounded number of statements: a queued step (waiting or claimable)
+        ends cancelled at once, a running one is flagged and stops as its
+        outcome says. The ids of the running steps flagged."""
+
 
 def pipelines_of(store: JobStore) -> PipelineStore:
     """The store's pipelines, by its backend."""

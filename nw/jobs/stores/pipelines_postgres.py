@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from nw.canonical import stored_json
 from nw.jobs.core.errors import JobStoreError
 from nw.jobs.core.pipelines import start_of, stopped_by
+from nw.jobs.core.status import CANCELLED_BEFORE_START
 from nw.jobs.stores.pg_database import Conn, one
 from nw.jobs.stores.pipelines import Links, PipelineStore
 from nw.jobs.stores.sql import load_queries
@@ -109,3 +110,9 @@ class PostgresPipelines(PipelineStore):
     def pipeline_of(self, job_id: str) -> tuple[str, str] | None:
         rows = self._read("pipeline_of", job_id=job_id)
         return (rows[0]["pipeline_id"], rows[0]["step"]) if rows else None
+
+    def cancel(self, pipeline_id: str, *, now: float) -> list[str]:
+        # postgres_queries.sql: its update is `request_cancel`'s (one fragment)
+        args = {"pipeline_id": pipeline_id, "now": now, "doc": _jsonb(CANCELLED_BEFORE_START)}
+        row = self.store._exec("cancel_steps", args, lambda cur: cur.fetchone())
+        return [] if row is None else list(row["running"])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from nw.canonical import stored_json
 from nw.jobs.core.pipelines import start_of, stopped_by
+from nw.jobs.core.status import CANCELLED_BEFORE_START
 from nw.jobs.stores.pipelines import Links, PipelineStore
 from nw.jobs.stores.sql import load_queries
 
@@ -136,3 +137,18 @@ class SqlitePipelines(PipelineStore):
                 return None
             r = c.execute(Q["pipeline_of"], {"job_id": job_id}).fetchone()
         return None if r is None else (r["pipeline_id"], r["step"])
+
+    def cancel(self, pipeline_id: str, *, now: float) -> list[str]:
+        why = stored_json(CANCELLED_BEFORE_START)
+        args = {"pipeline_id": pipeline_id, "now": now, "why": why}
+        released = 0
+        with self.store.cursor(write=True) as c:
+            rows = c.execute(Q["cancel_steps"], args).fetchall()
+            if not rows:
+                return []
+            ended = json.dumps([r[0] for r in rows if r[1] is not None])
+            for r in c.execute(Q["settle_outside"], {"ids": ended}).fetchall():
+                released += settle(c, r[0], now)
+        if released:
+            self.store.wake_workers()
+        return [r[0] for r in rows if r[1] is None]

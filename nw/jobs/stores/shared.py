@@ -13,7 +13,8 @@ policy's rows) it lives here, as procrastinate's ``manager.py`` sits over its
   ``jsonb`` on PostgreSQL); ``_to_list``: a list parameter; ``_from_time``: a
   stored timestamp as a datetime;
 - ``_has(feature)``: whether the store holds a feature's tables ("rollup",
-  "limits", "policy"): a read-only handle may read an older embedded file;
+  "limits", "policy", "parked"): a read-only handle may read an older embedded file;
+- ``_parked(name, args)``: the rows of a statement of ``sql/<engine>_parked.sql``;
 - ``PAGE_QUERIES``: the statuses' own page query where the engine has one;
 - ``ROLLUP_QUERIES``: reads whose pruned share is a query of its own.
 
@@ -32,7 +33,9 @@ from typing import Any, ClassVar
 from au import ComputationResult, ComputationStatus
 
 from nw.jobs.core.records import JobRow
+from nw.jobs.core.storable import storable
 from nw.jobs.stores.base import JobStore, bound_args, bucketed, utc_day
+from nw.jobs.stores.parking import Kept
 
 
 class SharedStore(JobStore):
@@ -292,6 +295,32 @@ class SharedStore(JobStore):
 
     def set_approval(self, *, threshold_usd: float | None, mode: str, now: float) -> None:
         self._run("set_approval", {"threshold_usd": threshold_usd, "mode": mode, "now": now})
+
+    # ----- parked jobs (nw/jobs/stores/parking.py; the park, look and put-back are the
+    # engine's) ---------------------------------------------------------------------------
+    @abstractmethod
+    def _parked(
+        self, name: str, args: Mapping[str, Any], *, write: bool = True
+    ) -> Sequence[Mapping[str, Any]]:
+        """The rows of the named statement of ``sql/<engine>_parked.sql``, run in a
+        write transaction of its own (or, not ``write``, as a read)."""
+
+    def keep_webhook(self, job_id: str, attempt: int, payload: Any, *, now: float) -> Kept:
+        webhook = self._to_json(storable(payload)[0])
+        args = {"job_id": job_id, "attempt": attempt, "now": now, "webhook": webhook}
+        rows = self._parked("keep_webhook", args)  # nothing: unknown, finished, another attempt
+        if not rows:
+            return "ignored"
+        return "kept" if rows[0]["request_id"] is None else "noted"
+
+    def parked_count(self) -> int:
+        if not self._has("parked"):
+            return 0
+        rows = self._parked("parked_count", {}, write=False)
+        return int(rows[0]["n"]) if rows else 0
+
+    def prune_parked(self, *, before: float) -> int:
+        return len(self._parked("stale_parked", {"before": before}))
 
 
 def _spent(r: Mapping[str, Any] | None, pruned: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Mixed into ``SqliteJobStore``: every write runs in its write transaction, so
 a look's lease is taken under the file's writer lock (two pollers, in any
-processes, never take one job).
+processes, never take one job). The webhook, the count and the prune are the
+shared store's (``shared.py``, over ``_parked``).
 """
 
 from __future__ import annotations
@@ -12,53 +13,33 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nw.canonical import stored_json
-from nw.jobs.core.storable import storable, storable_fields
-from nw.jobs.stores.parking import Kept, Look, Repark, look_of
+from nw.jobs.core.storable import storable_fields
+from nw.jobs.stores.parking import Look, Park, Repark, look_of
 from nw.jobs.stores.sql import load_queries
 from nw.jobs.stores.sqlite_base import SqliteBase
 
 P = load_queries("sqlite_parked.sql")
 
 
-def _payload(text: Any) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return None
-
-
 class SqliteParking(SqliteBase):
     """``ParkedStore`` for ``SqliteJobStore`` (uses its cursor, fence, patch and row)."""
 
-    def park(
-        self,
-        job_id: str,
-        *,
-        attempt: int,
-        kind: str,
-        request_id: str,
-        due_at: float,
-        deadline_at: float | None,
-        fields: Mapping[str, Any],
-        now: float,
-    ) -> bool:
-        fields, _ = storable_fields(fields)
+    def park(self, p: Park, *, now: float) -> bool:
+        fields, _ = storable_fields(p.fields)
         with self._cursor(write=True) as c:
-            doc = self._fence(c, job_id, attempt, unfinished=True)
+            doc = self._fence(c, p.job_id, p.attempt, unfinished=True)
             if doc is None:
                 return False
-            self._patch(c, job_id, fields, doc)
+            self._patch(c, p.job_id, fields, doc)
             c.execute(
                 P["park"],
                 {
-                    "job_id": job_id,
-                    "kind": kind,
-                    "attempt": attempt,
-                    "request_id": request_id,
-                    "due_at": due_at,
-                    "deadline_at": deadline_at,
+                    "job_id": p.job_id,
+                    "kind": p.kind,
+                    "attempt": p.attempt,
+                    "request_id": p.request_id,
+                    "due_at": p.due_at,
+                    "deadline_at": p.deadline_at,
                     "now": now,
                 },
             )
@@ -69,14 +50,19 @@ class SqliteParking(SqliteBase):
     ) -> list[Look]:
         if not kinds or limit < 1:
             return []
-        args = {"now": now, "kinds": json.dumps(list(kinds)), "limit": int(limit)}
+        args = {"now": now, "until": now + look_s, "kinds": json.dumps(list(kinds))}
         with self._cursor(write=True) as c:
-            rows = c.execute(P["parked_due"], args).fetchall()
-            if not rows:
-                return []
-            ids = json.dumps([r["job_id"] for r in rows])
-            c.execute(P["take_look"], {"until": now + look_s, "job_ids": ids})
-        return [look_of(r, self._row(r), _payload(r["p_webhook"])) for r in rows]
+            taken = c.execute(P["look"], {**args, "limit": int(limit)}).fetchall()
+            rows = self.get_many([t["job_id"] for t in taken]) if taken else {}
+        return [
+            look_of(
+                t,
+                rows[t["job_id"]],
+                None if t["p_webhook"] is None else self._from_json(t["p_webhook"]),
+            )
+            for t in sorted(taken, key=lambda t: t["due_at"])
+            if t["job_id"] in rows
+        ]
 
     def repark(self, items: Sequence[Repark], *, now: float) -> None:
         if not items:
@@ -101,43 +87,8 @@ class SqliteParking(SqliteBase):
             if shown:
                 c.executemany(P["repark_shown"], shown)
 
-    def unpark(self, job_id: str) -> None:
-        with self._cursor(write=True) as c:
-            c.execute(P["unpark"], {"job_id": job_id})
-
-    def keep_webhook(self, job_id: str, attempt: int, payload: Any, *, now: float) -> Kept:
-        text = stored_json(storable(payload)[0])
-        with self._cursor(write=True) as c:
-            row = self._get(c, job_id)
-            if row is None or row.record.get("finished_at") is not None:
-                return "ignored"
-            if row.record.get("attempt") != attempt:
-                return "ignored"
-            args = {
-                "job_id": job_id,
-                "kind": row.record.get("kind") or "",
-                "attempt": attempt,
-                "now": now,
-                "webhook": text,
-            }
-            c.execute(P["keep_webhook"], args)
-            kept = c.execute("SELECT request_id FROM parked WHERE job_id = ?", (job_id,))
-            found = kept.fetchone()
-        return "kept" if found is None or found["request_id"] is None else "noted"
-
-    def parked_count(self) -> int:
-        with self._cursor() as c:
-            if not self._has_parked(c):
-                return 0
-            return int(c.execute(P["parked_count"]).fetchone()["n"])
-
-    def _has_parked(self, c: Any) -> bool:
-        """A file read read-only at an older version has no parked table."""
-        found = c.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'parked'"
-        ).fetchone()
-        return found is not None
-
-    def prune_parked(self, *, before: float) -> int:
-        with self._cursor(write=True) as c:
-            return int(c.execute(P["stale_parked"], {"before": before}).rowcount)
+    def _parked(
+        self, name: str, args: Mapping[str, Any], *, write: bool = True
+    ) -> Sequence[Mapping[str, Any]]:
+        with self._cursor(write=write) as c:
+            return c.execute(P[name], args).fetchall()

@@ -85,10 +85,6 @@ UPDATE nw_jobs.jobs SET doc = jsonb_set(doc, '{parked}', %(parked)s::jsonb)
  WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND attempt = %(attempt)s
    AND finished_at IS NULL;
 
--- name: unpark
--- The job ended (or went back to the queue): its parked row goes.
-DELETE FROM nw_jobs.parked WHERE project_id = %(project_id)s AND job_id = %(job_id)s;
-
 -- name: keep_webhook
 -- A webhook for the job's current, unfinished attempt: kept until a look
 -- applies it, due at once (before the park is recorded the row has no request
@@ -121,9 +117,10 @@ SELECT count(*) AS n
 
 -- name: stale_parked
 -- Rows whose job ended, went back to the queue or was deleted (a process
--- stopped between the job's write and the row's delete).
+-- stopped between the job's write and the row's delete); their job ids.
 DELETE FROM nw_jobs.parked p
  WHERE p.project_id = %(project_id)s AND p.due_at < %(before)s
    AND NOT EXISTS (SELECT 1 FROM nw_jobs.jobs j
                     WHERE j.project_id = p.project_id AND j.job_id = p.job_id
-                      AND j.attempt = p.attempt AND j.finished_at IS NULL);
+                      AND j.attempt = p.attempt AND j.finished_at IS NULL)
+RETURNING p.job_id;

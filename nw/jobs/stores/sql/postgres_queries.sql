@@ -598,6 +598,19 @@ jb AS (
 )
 SELECT count(*) AS requeued FROM jb;
 
+-- fragment: cancel_cur
+-- A cancel request of the jobs in `cur` (job_id, queued): the flag set, the
+-- au status flipped; a queued one finished at once with %(doc)s (why) merged
+-- into its record, a running one left to stop (it reads `cancelling`; its
+-- ending goes through the outcome rules).
+UPDATE nw_jobs.jobs j
+   SET cancel_requested = true, au_status = 'cancelled', au_reason = 'cancel requested',
+       queue_at = NULL,
+       finished_at = CASE WHEN cur.queued THEN %(now)s ELSE j.finished_at END,
+       doc = CASE WHEN cur.queued THEN j.doc || %(doc)s::jsonb ELSE j.doc END
+  FROM cur
+ WHERE j.project_id = %(project_id)s AND j.job_id = cur.job_id
+
 -- name: request_cancel
 -- Sets the cancel flag of a queued or running job and flips its au status to
 -- cancelled. A queued job is finished at once (it never runs), with %(doc)s
@@ -610,16 +623,34 @@ WITH cur AS (
      AND au_status IN ('pending', 'running')
      FOR UPDATE
 ), jb AS (
-  UPDATE nw_jobs.jobs j
-     SET cancel_requested = true, au_status = 'cancelled', au_reason = 'cancel requested',
-         queue_at = NULL,
-         finished_at = CASE WHEN cur.queued THEN %(now)s ELSE j.finished_at END,
-         doc = CASE WHEN cur.queued THEN j.doc || %(doc)s::jsonb ELSE j.doc END
-    FROM cur
-   WHERE j.project_id = %(project_id)s AND j.job_id = cur.job_id
+  {{cancel_cur}}
   RETURNING j.job_id
 )
 SELECT count(*) AS cancelled,
+       (SELECT pg_notify(%(changes_channel)s, '') FROM (SELECT 1 FROM jb LIMIT 1) x) IS NULL
+         AS notified
+  FROM jb;
+
+-- name: cancel_steps
+-- Every unfinished step of a pipeline (nw/jobs/stores/pipelines_postgres.py),
+-- cancelled in one statement as `request_cancel` cancels one. Locked in id
+-- order. The settle trigger then runs for each step finished here (at the
+-- statement's end, when every step is: only a job outside the pipeline that
+-- waits on a step is left to stop or release). Returns the running steps
+-- flagged; the change channel is NOTIFYed when any step was.
+WITH cur AS (
+  SELECT j.job_id, j.au_status = 'pending' AS queued
+    FROM nw_jobs.pipeline_steps s
+    JOIN nw_jobs.jobs j ON j.project_id = s.project_id AND j.job_id = s.job_id
+   WHERE s.project_id = %(project_id)s AND s.pipeline_id = %(pipeline_id)s
+     AND NOT j.cancel_requested AND j.au_status IN ('pending', 'running')
+   ORDER BY j.job_id
+     FOR UPDATE OF j
+), jb AS (
+  {{cancel_cur}}
+  RETURNING j.job_id, cur.queued
+)
+SELECT coalesce(array_agg(job_id) FILTER (WHERE NOT queued), '{}') AS running,
        (SELECT pg_notify(%(changes_channel)s, '') FROM (SELECT 1 FROM jb LIMIT 1) x) IS NULL
          AS notified
   FROM jb;

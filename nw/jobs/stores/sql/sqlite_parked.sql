@@ -21,31 +21,27 @@ ON CONFLICT (job_id) DO UPDATE
                      THEN :now ELSE excluded.due_at END,
        attempt = excluded.attempt;
 
--- name: parked_due
+-- name: look
 -- The parked jobs of these kinds due for a look (their poll is due, a webhook
--- is kept for them, or a cancel was asked), not under another poller's
--- lease, whose job is still on the attempt that parked and still parked;
--- with the job's row.
-SELECT p.request_id AS p_request_id, p.polls AS p_polls, p.deadline_at AS p_deadline_at,
-       p.webhook AS p_webhook, p.attempt AS p_attempt,
-       j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
-       j.au_status AS status, j.au_value AS value, j.au_error AS error
-  FROM parked p
-  JOIN jobs j ON j.job_id = p.job_id
- WHERE p.request_id IS NOT NULL AND p.look_until <= :now
-   AND (p.due_at <= :now OR j.cancel_requested = 1
-        OR (p.deadline_at IS NOT NULL AND p.deadline_at <= :now))
-   AND p.kind IN (SELECT value FROM json_each(:kinds))
-   AND j.attempt = p.attempt AND j.started_at IS NOT NULL AND j.finished_at IS NULL
-   AND (CASE WHEN json_valid(j.doc) THEN json_type(j.doc, '$.parked') END) = 'object'
- ORDER BY p.due_at
- LIMIT :limit;
-
--- name: take_look
--- The lease of one look on the jobs `parked_due` chose.
+-- is kept for them, a cancel was asked or the deadline passed), not under
+-- another poller's lease, whose job is still on the attempt that parked and
+-- still parked: their lease taken for one look (under the file's writer
+-- lock), returned with their due time (the store reads the jobs' rows next,
+-- in the same transaction).
 UPDATE parked SET look_until = :until
- WHERE job_id IN (SELECT value FROM json_each(:job_ids));
+ WHERE job_id IN (
+       SELECT p.job_id
+         FROM parked p JOIN jobs j ON j.job_id = p.job_id
+        WHERE p.request_id IS NOT NULL AND p.look_until <= :now
+          AND (p.due_at <= :now OR j.cancel_requested = 1
+               OR (p.deadline_at IS NOT NULL AND p.deadline_at <= :now))
+          AND p.kind IN (SELECT value FROM json_each(:kinds))
+          AND j.attempt = p.attempt AND j.started_at IS NOT NULL AND j.finished_at IS NULL
+          AND (CASE WHEN json_valid(j.doc) THEN json_type(j.doc, '$.parked') END) = 'object'
+        ORDER BY p.due_at
+        LIMIT :limit)
+RETURNING job_id, due_at, request_id AS p_request_id, polls AS p_polls,
+          deadline_at AS p_deadline_at, webhook AS p_webhook, attempt AS p_attempt;
 
 -- name: repark
 -- After a look that left the job parked: its next look, the lease let go; a
@@ -65,21 +61,21 @@ UPDATE parked
 UPDATE jobs SET doc = json_set(doc, '$.parked', json(:parked))
  WHERE job_id = :job_id AND attempt = :attempt AND finished_at IS NULL AND json_valid(doc);
 
--- name: unpark
--- The job ended (or went back to the queue): its parked row goes.
-DELETE FROM parked WHERE job_id = :job_id;
-
 -- name: keep_webhook
--- A webhook for the job's current attempt (checked in the same transaction):
--- kept until a look applies it, due at once. Before the park is recorded the
--- row has no request id yet; the park keeps the payload.
+-- A webhook for the job's current, unfinished attempt: kept until a look
+-- applies it, due at once (before the park is recorded the row has no request
+-- id yet; the park keeps the payload). Nothing when the job is unknown,
+-- finished or on another attempt; returns the row's request id.
 INSERT INTO parked (job_id, kind, attempt, request_id, due_at, webhook)
-VALUES (:job_id, :kind, :attempt, NULL, :now, :webhook)
+SELECT j.job_id, j.kind, :attempt, NULL, :now, :webhook
+  FROM jobs j
+ WHERE j.job_id = :job_id AND j.attempt = :attempt AND j.finished_at IS NULL
 ON CONFLICT (job_id) DO UPDATE
    SET webhook = excluded.webhook,
        due_at = excluded.due_at,
        request_id = CASE WHEN parked.attempt = excluded.attempt THEN parked.request_id END,
-       attempt = excluded.attempt;
+       attempt = excluded.attempt
+RETURNING request_id;
 
 -- name: parked_count
 -- Jobs parked now (the /metrics gauge).
@@ -90,8 +86,9 @@ SELECT count(*) AS n
 
 -- name: stale_parked
 -- Rows whose job ended, went back to the queue or was deleted (a process
--- stopped between the job's write and the row's delete).
+-- stopped between the job's write and the row's delete); their job ids.
 DELETE FROM parked
  WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = parked.job_id
                      AND j.attempt = parked.attempt AND j.finished_at IS NULL)
-   AND due_at < :before;
+   AND due_at < :before
+RETURNING job_id;

@@ -115,3 +115,28 @@ UPDATE jobs AS j
  WHERE j.job_id IN (SELECT value FROM json_each(:ids)) AND j.au_status = 'pending'
    AND j.queue_at IS NULL
 RETURNING job_id;
+
+-- name: cancel_steps
+-- Every unfinished step of a pipeline, as `request_cancel` cancels one (in
+-- the store's write transaction): the cancel flag set and the au entry
+-- cancelled; a queued one (waiting or claimable) finished at once with :why
+-- (a JSON object: error, error_kind) merged into its record, a running one
+-- left to stop (it reads `cancelling`, and its ending goes through the
+-- outcome rules). Returns each step flagged and its finished_at (None: it
+-- runs). Every right-hand side reads the row as it was.
+UPDATE jobs
+   SET cancel_requested = 1,
+       finished_at = CASE WHEN au_status = 'pending' THEN :now ELSE finished_at END,
+       doc = CASE WHEN au_status = 'pending' THEN json_patch(doc, :why) ELSE doc END,
+       au_status = 'cancelled', au_reason = 'cancel requested', queue_at = NULL
+ WHERE job_id IN (SELECT job_id FROM pipeline_steps WHERE pipeline_id = :pipeline_id)
+   AND NOT cancel_requested AND au_status IN ('pending', 'running')
+RETURNING job_id, finished_at;
+
+-- name: settle_outside
+-- Of the steps `cancel_steps` finished (:ids), those a job outside the
+-- pipeline still waits on (`enqueue(after=...)`): each is settled as one
+-- cancel settles it. Within the pipeline every dependent of a queued step was
+-- queued too, and is finished by the same statement.
+SELECT DISTINCT e.upstream_id FROM job_edges e JOIN jobs d ON d.job_id = e.job_id
+ WHERE e.upstream_id IN (SELECT value FROM json_each(:ids)) AND d.finished_at IS NULL;
