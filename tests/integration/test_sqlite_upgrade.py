@@ -172,3 +172,27 @@ def test_a_read_only_handle_reads_a_schema_7_file_without_upgrading_it(tmp_path)
     finally:
         reader.close()
     assert _dump(_db(project)) == before
+
+
+def test_a_job_whose_status_entry_was_missing_still_reads_failed(tmp_path):
+    # Given the schema-7 copy with one queued job's status entry gone (version
+    # 7 read such a job as failed, "the job's status entry is missing")
+    project = _copy(tmp_path)
+    expected = json.loads((DATA / "v7_project.json").read_text())
+    lost = next(k for k, j in expected["jobs"].items() if j["status"] == "queued")
+    conn = sqlite3.connect(_db(project))
+    conn.execute("DELETE FROM status WHERE job_id = ?", (lost,))
+    conn.commit()
+    conn.close()
+    # When this code opens it, the job reads so still, and is never claimed
+    store = SqliteJobStore(_db(project))
+    try:
+        row = store.get(lost)
+        assert row is not None and row.status.value == "failed"
+        assert row.error == "the job's status entry is missing"
+        claimed = store.claim(["v7.render", "v7.step"], now=2e9, runner_id="r", limit=20)
+        assert lost not in {r.record["job_id"] for r in claimed}
+        # And the other jobs are as they were
+        assert store.get(next(k for k in expected["jobs"] if k != lost)) is not None
+    finally:
+        store.close()
