@@ -154,6 +154,21 @@ def test_cancel_pipeline_lets_the_waiting_steps_go(project, cfg):
     assert wait_until(lambda: idle(project, cfg), what="the runtime to let go")
 
 
+def test_cancel_pipeline_lets_a_delayed_step_go_at_once(project, cfg):
+    # a root step due in an hour is held by this process's timer: the cancel
+    # lets it go now, as cancel_job does, not when the hour is up
+    later = cfg.clock() + 3600
+    steps = {
+        "a": {"kind": "p.step", "params": {"name": "a"}, "not_before": later},
+        "b": {"kind": "p.step", "params": {"name": "b"}, "after": ["a"]},
+    }
+    p = jobs.enqueue_pipeline(project, steps, dispatch=HERE_BODIES, config=cfg)
+    assert not idle(project, cfg)
+    got = jobs.cancel_pipeline(project, p.pipeline_id, config=cfg)
+    assert {s.job.status.value for s in got.steps} == {"cancelled"}
+    assert wait_until(lambda: idle(project, cfg), what="the runtime to let go of a")
+
+
 def test_a_step_waiting_in_a_dead_process_is_ended_not_left_waiting(project, cfg, tmp_path):
     # The process that holds the in-process steps is killed while its first
     # step runs: readers end the steps (orphaned), the pipeline does not

@@ -447,9 +447,9 @@ def cancel_pipeline(
     store, rt = reader(proj, config)
     if store is None or pipelines_of(store).pipeline(pipeline_id) is None:
         return None
-    running = pipelines_of(store).cancel(pipeline_id, now=config.clock())
-    if rt is not None:
-        for job_id in running:
+    cancelled = pipelines_of(store).cancel(pipeline_id, now=config.clock())
+    if rt is not None:  # as cancel_job: a step this process runs, waits on or delays
+        for job_id in cancelled:
             rt.local_cancel(job_id)
     return get_pipeline(proj, pipeline_id, config=config)
 

@@ -57,7 +57,8 @@ class PipelineStore(ABC):
         """Cancel every unfinished step as ``request_cancel`` cancels one, in a
         bounded number of statements: a queued step (waiting or claimable)
         ends cancelled at once, a running one is flagged and stops as its
-        outcome says. The ids of the running steps flagged."""
+        outcome says. The ids of the steps it cancelled (their process, if it
+        holds them, lets them go: ``Runtime.local_cancel``)."""
 
 
 def pipelines_of(store: JobStore) -> PipelineStore:

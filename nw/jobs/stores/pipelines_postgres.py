@@ -115,4 +115,4 @@ class PostgresPipelines(PipelineStore):
         # postgres_queries.sql: its update is `request_cancel`'s (one fragment)
         args = {"pipeline_id": pipeline_id, "now": now, "doc": _jsonb(CANCELLED_BEFORE_START)}
         row = self.store._exec("cancel_steps", args, lambda cur: cur.fetchone())
-        return [] if row is None else list(row["running"])
+        return [] if row is None else list(row["cancelled"])

@@ -151,4 +151,4 @@ class SqlitePipelines(PipelineStore):
                 released += settle(c, r[0], now)
         if released:
             self.store.wake_workers()
-        return [r[0] for r in rows if r[1] is None]
+        return [r[0] for r in rows]

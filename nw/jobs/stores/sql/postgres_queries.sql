@@ -636,8 +636,8 @@ SELECT count(*) AS cancelled,
 -- cancelled in one statement as `request_cancel` cancels one. Locked in id
 -- order. The settle trigger then runs for each step finished here (at the
 -- statement's end, when every step is: only a job outside the pipeline that
--- waits on a step is left to stop or release). Returns the running steps
--- flagged; the change channel is NOTIFYed when any step was.
+-- waits on a step is left to stop or release). Returns the steps flagged;
+-- the change channel is NOTIFYed when any step was.
 WITH cur AS (
   SELECT j.job_id, j.au_status = 'pending' AS queued
     FROM nw_jobs.pipeline_steps s
@@ -648,9 +648,9 @@ WITH cur AS (
      FOR UPDATE OF j
 ), jb AS (
   {{cancel_cur}}
-  RETURNING j.job_id, cur.queued
+  RETURNING j.job_id
 )
-SELECT coalesce(array_agg(job_id) FILTER (WHERE NOT queued), '{}') AS running,
+SELECT coalesce(array_agg(job_id), '{}') AS cancelled,
        (SELECT pg_notify(%(changes_channel)s, '') FROM (SELECT 1 FROM jb LIMIT 1) x) IS NULL
          AS notified
   FROM jb;
