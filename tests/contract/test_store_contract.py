@@ -642,6 +642,36 @@ def test_a_status_entry_is_written_only_for_a_job_in_the_store(store):
         store.status[stranger] = ComputationResult(None, ComputationStatus.PENDING)
 
 
+def test_the_au_status_entry_is_the_job_rows_own(store):
+    # Given a claimed job (attempt 1) and another one queued
+    a, b = queued(store, 2)
+    store.claim(["render"], now=T0 + 1, runner_id="w", limit=1)
+    # When au's view writes a's entry whole
+    done = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    store.status[a] = ComputationResult(
+        {"k": "ü ✓"},
+        ComputationStatus.CANCELLED,
+        error=Exception("why not"),
+        completed_at=done,
+        terminal_reason="stopped by a test",
+    )
+    # Then the view reads every part back from the job's row: created when the
+    # job was, at the job's attempt
+    got = store.status[a]
+    assert (got.status, got.value, str(got.error), got.terminal_reason) == (
+        ComputationStatus.CANCELLED,
+        {"k": "ü ✓"},
+        "why not",
+        "stopped by a test",
+    )
+    assert got.completed_at == done and got.metadata == {"attempt": 1}
+    assert got.created_at.timestamp() == store.get(a).record["created_at"] == T0
+    # And the job's own reads see it; the queued one is untouched and claimable
+    assert store.get(a).result == {"k": "ü ✓"} and store.get(a).error == "why not"
+    assert store.status[b].status is ComputationStatus.PENDING
+    assert [r.record["job_id"] for r in store.claim(["render"], now=T0 + 2, runner_id="w")] == [b]
+
+
 def test_reads_of_unknown_jobs(store):
     assert store.get(jid()) is None
     assert store.get_status(jid()) is None

@@ -12,7 +12,7 @@ import re
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -164,6 +164,9 @@ class PgBase(SharedStore):
 
     def _from_time(self, value: Any) -> datetime:
         return value  # timestamptz arrives as a datetime
+
+    def _to_time(self, value: datetime) -> Any:
+        return value if value.tzinfo is not None else value.astimezone(UTC)  # naive: local
 
     def _row(self, r: Mapping[str, Any]) -> JobRow:
         record = dict(r["doc"]) if isinstance(r["doc"], dict) else {}

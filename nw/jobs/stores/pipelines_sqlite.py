@@ -62,8 +62,7 @@ def _cancel(c: sqlite3.Connection, ids: Sequence[str], why: str, via: str, now: 
         "now": now,
         "why": stored_json({"error": why, "error_kind": "cancelled", "stopped_by": via}),
     }
-    c.execute(Q["cancel_waiting_status"], args)
-    c.execute(Q["cancel_waiting_jobs"], args)
+    c.execute(Q["cancel_waiting"], args)
 
 
 class SqlitePipelines(PipelineStore):
@@ -147,7 +146,6 @@ class SqlitePipelines(PipelineStore):
             rows = c.execute(Q["cancel_steps"], args).fetchall()
             if not rows:
                 return []
-            c.execute(Q["cancel_steps_status"], {"ids": json.dumps([r[0] for r in rows])})
             ended = json.dumps([r[0] for r in rows if r[1] is not None])
             for r in c.execute(Q["settle_outside"], {"ids": ended}).fetchall():
                 released += settle(c, r[0], now)

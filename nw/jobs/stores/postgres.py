@@ -49,10 +49,7 @@ loop, and the one place psycopg errors become ``JobStoreError``),
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
-
-from au import ComputationResult, ComputationStatus
 
 from nw.jobs.core.errors import JobStoreError
 from nw.jobs.core.records import JobRow
@@ -348,30 +345,10 @@ class PostgresJobStore(PgParking, PgFinishes):
         """Delete every row of this project (tests, benchmarks, retiring a project)."""
         return self._exec("purge", {}, lambda cur: cur.fetchone()["jobs"])
 
-    def put_status(self, job_id: str, result: ComputationResult) -> None:
-        """Write a job's au status entry (its row's ``au_`` columns); ``KeyError``
-        for a job not in the store (its entry is part of its row)."""
-        args = {
-            "job_id": job_id,
-            "status": ComputationStatus(result.status).value,
-            "value": None if result.value is None else _jsonb(result.value),
-            "error": None if result.error is None else str(result.error),
-            "terminal_reason": result.terminal_reason,
-            "completed_at": _aware(result.completed_at),
-        }
-        if not self._exec("put_status", args, lambda cur: cur.rowcount):
-            raise KeyError(f"no job {job_id!r} in this store")
-
     def hold_budgets(self, keys: Sequence[str]) -> None:
         """Lock these budgets' rows for the rest of the admitted create (see ``lock_budgets``)."""
         if keys:
             self._read("lock_budgets", {"keys": sorted(keys)})
-
-
-def _aware(when: datetime | None) -> datetime | None:
-    if when is None or when.tzinfo is not None:
-        return when
-    return when.astimezone(UTC)  # a naive datetime means local time
 
 
 def open_postgres_store(

@@ -76,6 +76,10 @@ class SharedStore(JobStore):
     def _from_time(self, value: Any) -> datetime:
         """A stored timestamp (not None) as a datetime."""
 
+    @abstractmethod
+    def _to_time(self, value: datetime) -> Any:
+        """A datetime as the engine stores a timestamp."""
+
     def _has(self, feature: str) -> bool:
         """Whether this store holds ``feature``'s tables (always, once upgraded)."""
         return True
@@ -167,6 +171,21 @@ class SharedStore(JobStore):
             metadata={"attempt": r["attempt"]},
             terminal_reason=r["terminal_reason"],
         )
+
+    def put_status(self, job_id: str, result: ComputationResult) -> None:
+        """Write a job's au status entry (its row's ``au_`` columns); ``KeyError``
+        for a job not in the store (its entry is part of its row)."""
+        completed = result.completed_at
+        args = {
+            "job_id": job_id,
+            "status": ComputationStatus(result.status).value,
+            "value": None if result.value is None else self._to_json(result.value),
+            "error": None if result.error is None else str(result.error),
+            "terminal_reason": result.terminal_reason,
+            "completed_at": None if completed is None else self._to_time(completed),
+        }
+        if not self._run("put_status", args):
+            raise KeyError(f"no job {job_id!r} in this store")
 
     # ----- runners ----------------------------------------------------------------------
     def _runner(self, r: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from au import ComputationResult, ComputationStatus
+from au import ComputationStatus
 
 from nw.jobs.core.model import ACTIVE_STATUSES
 from nw.jobs.core.records import JobRow
@@ -33,7 +33,6 @@ from nw.jobs.stores.base import (
     check_distinct,
     due_at,
     rollup_rows,
-    utc_iso,
 )
 from nw.jobs.stores.columns import row_values
 from nw.jobs.stores.sqlite_base import (
@@ -63,10 +62,17 @@ __all__ = [
 class SqliteJobStore(SqliteParking, SqliteClaims):
     """One project's jobs in ``<root>/.nw/jobs/jobs.sqlite3`` (see the module docstring)."""
 
-    def _put_job(self, c: sqlite3.Connection, record: Mapping[str, Any]) -> dict[str, Any]:
+    def _put_job(
+        self,
+        c: sqlite3.Connection,
+        record: Mapping[str, Any],
+        query: str = "put_job",
+        queue_at: float | None = None,
+    ) -> None:
+        """Write a whole record: a new run (``put_job``, claimable from
+        ``queue_at`` when set) or as it is (``put_record``)."""
         cols, doc = row_values(record)
-        c.execute(Q["put_job"], {**cols, "doc": _dumps(doc)})
-        return cols
+        c.execute(Q[query], {**cols, "doc": _dumps(doc), "queue_at": queue_at})
 
     def create(
         self,
@@ -99,16 +105,7 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
         if existing is not None:
             record = {**record, **carry_over(existing.record)}
             c.execute(Q["delete_progress"], {"job_id": job_id})
-        cols = self._put_job(c, record)
-        c.execute(
-            Q["put_queued_status"],
-            {
-                "job_id": job_id,
-                "created_at": utc_iso(cols["created_at"]),
-                "attempt": cols["attempt"],
-                "queue_at": due_at(record) if claimable else None,
-            },
-        )
+        self._put_job(c, record, queue_at=due_at(record) if claimable else None)
         return record
 
     def create_many(
@@ -161,7 +158,6 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
     ) -> bool:
         result, error, fields = as_stored(job_id, result, error, fields)
         args = {
-            "job_id": job_id,
             "au_status": au_status.value,
             "value": None if result is None else _dumps(result),
             "error": error,
@@ -171,8 +167,7 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
             doc = self._fence(c, job_id, attempt)
             if doc is None:
                 return False
-            c.execute(Q["finish_status"], args)
-            self._patch(c, job_id, fields, doc)
+            self._patch(c, job_id, fields, doc, transition=("finish", args))
             released = pipelines_sqlite.settle(c, job_id, time.time())  # its dependents
         if released:
             self.wake_workers()
@@ -186,9 +181,8 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
             doc = self._fence(c, job_id, attempt, unfinished=True)  # a result stays
             if doc is None:
                 return False
-            c.execute(Q["requeue_status"], {"job_id": job_id, "not_before": not_before})
             fields = {**fields, "started_at": None, "heartbeat_at": None}
-            self._patch(c, job_id, fields, doc)
+            self._patch(c, job_id, fields, doc, transition=("requeue", {"not_before": not_before}))
             return True
 
     def request_cancel(self, job_id: str, *, now: float) -> JobRow | None:
@@ -206,10 +200,9 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
                     "error": "cancelled before start",
                     "error_kind": "cancelled",
                 }
-            c.execute(Q["cancel_status"], {"job_id": job_id})
             doc = self._fence(c, job_id, None)
             assert doc is not None  # the row read above, in this transaction
-            self._patch(c, job_id, fields, doc)
+            self._patch(c, job_id, fields, doc, transition=("cancel", {}))
             released = pipelines_sqlite.settle(c, job_id, now) if state == "queued" else 0
             row = self._get(c, job_id)
         if released:
@@ -282,7 +275,7 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
                     [{**g, "lower_bound": int(g["lower_bound"])} for g in rollup_rows(rows)],
                 )
                 for row in rows:
-                    for query in ("delete_job", "delete_status", "delete_progress"):
+                    for query in ("delete_job", "delete_progress"):
                         c.execute(Q[query], {"job_id": row.record["job_id"]})
             deleted += len(rows)
             if len(rows) < batch:
@@ -290,32 +283,12 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
 
     def put_record(self, record: Mapping[str, Any]) -> None:
         with self._cursor(write=True) as c:
-            cols = self._put_job(c, record)
-            c.execute(
-                Q["add_pending_status"],
-                {"job_id": cols["job_id"], "created_at": utc_iso(cols["created_at"])},
-            )
+            self._put_job(c, record, "put_record")
 
     def delete(self, job_id: str) -> None:
         with self._cursor(write=True) as c:
-            for query in ("delete_job", "delete_status", "delete_progress"):
+            for query in ("delete_job", "delete_progress"):
                 c.execute(Q[query], {"job_id": job_id})
-
-    def put_status(self, job_id: str, result: ComputationResult) -> None:
-        """Write a job's au status entry; ``KeyError`` for a job not in the store."""
-        args = {
-            "job_id": job_id,
-            "status": result.status.value,
-            "value": None if result.value is None else _dumps(result.value),
-            "error": None if result.error is None else str(result.error),
-            "terminal_reason": result.terminal_reason,
-            "created_at": result.created_at.isoformat(),
-            "completed_at": result.completed_at.isoformat() if result.completed_at else None,
-        }
-        with self._cursor(write=True) as c:
-            written = c.execute(Q["put_status"], args).rowcount
-        if not written:
-            raise KeyError(f"no job {job_id!r} in this store")
 
     def hold_budgets(self, keys: Sequence[str]) -> None:
         """Nothing to lock: an admitted create already holds the file's write lock."""

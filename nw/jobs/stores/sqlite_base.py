@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,7 +27,7 @@ from nw.jobs.stores.shared import SharedStore
 from nw.jobs.stores.sql import load_queries
 
 DB_NAME = "jobs.sqlite3"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: The version that added the prune rollup (an older file read read-only has none).
 ROLLUP_VERSION = 3
 #: The version that added limits, priorities and turns (the same for a read-only handle).
@@ -41,10 +42,32 @@ Q = load_queries("sqlite_queries.sql")
 #: The columns a patch sets by a statement of their own (``patch_<name>``).
 _PATCHED_ALONE = patched_alone("sqlite")
 UPGRADES = load_queries("sqlite_upgrades.sql")
+_UNHINTED = re.compile(r"\bINDEXED BY \w+")
 
 
 def _dumps(value: Any) -> str:
     return stored_json(value)
+
+
+def upgrade(conn: sqlite3.Connection) -> None:
+    """Bring a file of an older version to this one's tables, inside the
+    caller's transaction (so a failure leaves the file as it was); what is
+    already there is left alone, so it may run again. sqlite_schema.sql then
+    creates whatever is still missing."""
+    have = {r["name"] for r in conn.execute("PRAGMA table_info(jobs)")}
+    if not have:  # a new file: the schema creates everything
+        return
+    for name, statement in UPGRADES.items():  # add_<version>_<column>, in file order
+        if name.startswith("add_") and name.split("_", 2)[2] not in have:
+            conn.execute(statement)
+    if _has_status_table(conn):
+        for name in ("copy", "missing", "drop_status", "drop_claim"):
+            conn.execute(UPGRADES[f"upgrade_8_{name}"])
+
+
+def _has_status_table(conn: sqlite3.Connection) -> bool:
+    """The file keeps its jobs' status entries apart (a version before 8)."""
+    return conn.execute(UPGRADES["has_status_table"]).fetchone() is not None
 
 
 def _use_wal(conn: sqlite3.Connection, *, within_s: float = 30.0) -> None:
@@ -88,6 +111,8 @@ class SqliteBase(SharedStore):
         self.read_only = read_only
         self._lock = threading.RLock()
         self._pid = os.getpid()
+        #: A read-only handle on a file before version 8 (``_query``).
+        self._older = False
         with self._driver_errors("cannot be opened"):
             self._conn = self._connect()
 
@@ -107,6 +132,9 @@ class SqliteBase(SharedStore):
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout = 10000")
+        self._older = _has_status_table(conn)
+        if self._older:  # not upgraded: read as version 8 through a temporary view
+            conn.execute(UPGRADES["read_older"])
         conn.execute("PRAGMA query_only = ON")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
@@ -140,12 +168,7 @@ class SqliteBase(SharedStore):
             schema = "\n".join(ln for ln in schema.splitlines() if not ln.lstrip().startswith("--"))
             conn.execute("BEGIN IMMEDIATE")
             try:
-                again = conn.execute("PRAGMA user_version").fetchone()[0]  # another process?
-                if 1 <= again < LIMITS_VERSION:  # add the columns it lacks; the rest below
-                    have = {r["name"] for r in conn.execute("PRAGMA table_info(jobs)")}
-                    for name in ("limit_key", "priority", "actor_seq"):
-                        if name not in have:
-                            conn.execute(UPGRADES[f"upgrade_2_{name}"])
+                upgrade(conn)  # another process may have upgraded it: nothing to do then
                 for statement in schema.split(";"):
                     if statement.strip():
                         conn.execute(statement)
@@ -191,9 +214,14 @@ class SqliteBase(SharedStore):
         with self._lock:
             self._conn.close()
 
+    def _query(self, name: str) -> str:
+        """The named statement; on a read-only handle of an older file (read
+        through a view, which has no indexes) without its index hint."""
+        return _UNHINTED.sub("", Q[name]) if self._older else Q[name]
+
     def _all(self, name: str, args: Mapping[str, Any] | None = None) -> Sequence[Mapping[str, Any]]:
         with self._cursor() as c:
-            return c.execute(Q[name], args or {}).fetchall()
+            return c.execute(self._query(name), args or {}).fetchall()
 
     def _run(self, name: str, args: Mapping[str, Any]) -> int:
         with self._cursor(write=True) as c:
@@ -209,7 +237,12 @@ class SqliteBase(SharedStore):
         return json.dumps(values)
 
     def _from_time(self, value: Any) -> datetime:
+        if isinstance(value, (int, float)):  # a job's created_at (epoch seconds)
+            return datetime.fromtimestamp(value, tz=UTC)
         return datetime.fromisoformat(value)
+
+    def _to_time(self, value: datetime) -> Any:
+        return value.isoformat()
 
     def _has(self, feature: str) -> bool:
         """A writable handle upgraded the file; a read-only one may read an older file."""
@@ -232,8 +265,6 @@ class SqliteBase(SharedStore):
             record[name] = r[name]  # the columns stay readable even when the doc is not
         record["cancel_requested"] = bool(record["cancel_requested"])
         au_status, value, error = r["status"], r["value"], r["error"]
-        if au_status is None:
-            return JobRow(record, "failed", None, "the job's status entry is missing")
         result = None
         if value is not None:
             try:
@@ -272,16 +303,26 @@ class SqliteBase(SharedStore):
         return r["doc"]
 
     def _patch(
-        self, c: sqlite3.Connection, job_id: str, fields: Mapping[str, Any], doc: str
+        self,
+        c: sqlite3.Connection,
+        job_id: str,
+        fields: Mapping[str, Any],
+        doc: str,
+        transition: tuple[str, Mapping[str, Any]] | None = None,
     ) -> None:
         """Set record fields: columns by their set flags (indexed ones by their
         own statement), doc fields merged into ``doc`` (the job's current doc
-        text) at the top level."""
+        text) at the top level. ``transition``: (a statement that sets the
+        job's au status with the patch's fields and ``finished_at``, its own
+        arguments): the transition and the patch are that one statement."""
         args: dict[str, Any] = {"job_id": job_id, "doc": None, "doc_patch": None}
-        args.update({f"set_{name}": False for name in PATCHED_BY_FLAG})
-        args.update(dict.fromkeys(PATCHED_BY_FLAG))
+        args.update({f"set_{name}": False for name in (*PATCHED_BY_FLAG, "finished_at")})
+        args.update(dict.fromkeys((*PATCHED_BY_FLAG, "finished_at")))
         cols, merged = patch_values(fields)
         alone = [name for name in cols if name in _PATCHED_ALONE]
+        if transition is not None and "finished_at" in alone:
+            alone.remove("finished_at")  # set by the transition's statement
+            args["set_finished_at"] = True
         for name, value in cols.items():
             if name in PATCHED_BY_FLAG:
                 args[name] = value
@@ -292,7 +333,9 @@ class SqliteBase(SharedStore):
             args["doc"] = self._merged_doc(job_id, doc, merged)
         elif merged:  # merged by SQLite: no parse and re-dump of the doc here
             args["doc_patch"] = _dumps(merged)
-        if merged or any(args[f"set_{name}"] for name in PATCHED_BY_FLAG):
+        if transition is not None:
+            c.execute(Q[transition[0]], {**args, **transition[1]})
+        elif merged or any(args[f"set_{name}"] for name in PATCHED_BY_FLAG):
             c.execute(Q["patch"], args)
         for name in alone:
             c.execute(Q[f"patch_{name}"], args)

@@ -23,7 +23,6 @@ class SqliteClaims(SqliteBase):
         rows = []
         for job_id in ids:
             args = {"job_id": job_id, "now": now, "runner_id": runner_id}
-            c.execute(Q["start_status"], args)
             c.execute(Q["start_job"], args)
             row = self._get(c, job_id)
             assert row is not None  # started just now, in this transaction
@@ -139,4 +138,5 @@ class SqliteClaims(SqliteBase):
         with self._cursor() as c:
             if not self._has("limits"):  # an older file, read-only: no claim order to replay
                 return []
-            return [dict(r) for r in c.execute(Q["queue_ahead"], {"limit": int(limit)})]
+            query = self._query("queue_ahead")
+            return [dict(r) for r in c.execute(query, {"limit": int(limit)})]

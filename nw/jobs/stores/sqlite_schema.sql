@@ -1,16 +1,22 @@
--- nw.jobs embedded store, schema version 7 (SQLite, WAL mode). Every statement
+-- nw.jobs embedded store, schema version 8 (SQLite, WAL mode). Every statement
 -- is idempotent (IF NOT EXISTS): a file at an older version is upgraded by
--- adding the columns it lacks (sqlite_upgrades.sql) and running the whole file
--- again. Versions: 1 the first; 3 the console's (kind and finished indexes,
--- spend_rollup); 4 adds limits, priorities and fair share (2 was that alone);
--- 5 adds the spend policy (budgets, approval: new tables only); 6 parked
--- provider jobs (the parked table only); 7 pipelines (pipelines,
--- pipeline_steps, job_edges: new tables only).
--- jobs:   the index (membership authority); real columns for what is
---         filtered, ordered or fenced, the rest of the record in `doc` (JSON).
--- status: the au ComputationStore (single source of truth for run status);
---         `queue_at` is set while a worker may claim the job (its due time:
---         a delay's `not_before` or a retry's backoff).
+-- the statements of sqlite_upgrades.sql (sqlite_base.py runs them, in the
+-- same transaction as this whole file run again). Versions: 1 the first; 3
+-- the console's (kind and finished indexes, spend_rollup); 4 adds limits,
+-- priorities and fair share (2 was that alone); 5 adds the spend policy
+-- (budgets, approval: new tables only); 6 parked provider jobs (the parked
+-- table only); 7 pipelines (pipelines, pipeline_steps, job_edges: new tables
+-- only); 8 one row per job (the `status` table's columns moved into `jobs`,
+-- as PostgreSQL's migration 0004 did; jobs_claim re-made on `queue_at`).
+-- jobs:   one row per job. The index (membership authority): real columns
+--         for what is filtered, ordered or fenced, the rest of the record in
+--         `doc` (JSON). The au ComputationStore's status entry (the single
+--         source of truth for run status) in the `au_` columns, named as on
+--         PostgreSQL: au_status, au_value (the result, JSON text), au_error,
+--         au_reason (the terminal reason), au_completed_at (ISO text); the
+--         entry's created_at and attempt are the job's own. `queue_at` is set
+--         while a worker may claim the job (its due time: a delay's
+--         `not_before` or a retry's backoff). A transition is one statement.
 -- jobs.limit_key / priority / actor_seq: the key a job counts against, its
 --         priority (higher first) and its turn in its actor's queue (fair
 --         share); claims order by (priority DESC, actor_seq, created_at).
@@ -19,8 +25,8 @@
 -- budgets / approval (version 5): the project's spend policy (nw/jobs/budgets.py):
 --         a row per budget (`per`: day, week, month in UTC, or NULL: all time;
 --         `actor_id`, `kind`: NULL for every one), and at most one approval row.
--- Older files are upgraded in place (sqlite.py: the missing columns are added,
--- then this file creates what is missing).
+-- Adding a column: add it at the end of `jobs` here, and an ALTER TABLE for
+-- it in sqlite_upgrades.sql (with the next version), run by sqlite_base.py.
 CREATE TABLE IF NOT EXISTS jobs (
     job_id           TEXT PRIMARY KEY,
     created_at       REAL NOT NULL,
@@ -35,7 +41,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     doc              TEXT NOT NULL,
     limit_key        TEXT,
     priority         INTEGER NOT NULL DEFAULT 0,
-    actor_seq        INTEGER NOT NULL DEFAULT 0
+    actor_seq        INTEGER NOT NULL DEFAULT 0,
+    au_status        TEXT NOT NULL DEFAULT 'pending',
+    au_value         TEXT,
+    au_error         TEXT,
+    au_reason        TEXT,
+    au_completed_at  TEXT,
+    queue_at         REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_actor ON jobs (actor_id, created_at)
@@ -51,21 +63,9 @@ CREATE INDEX IF NOT EXISTS jobs_limit_running ON jobs (limit_key)
     WHERE limit_key IS NOT NULL AND started_at IS NOT NULL AND finished_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_actor_seq ON jobs (coalesce(actor_id, ''), actor_seq)
     WHERE finished_at IS NULL;
+-- version 8: the claimable jobs (queue_at set) in claim order, as PostgreSQL's
+-- jobs_claim: a claim walks it from the head and reads about as many rows as it takes
 CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority DESC, actor_seq, created_at, job_id)
-    WHERE started_at IS NULL AND finished_at IS NULL;
-
-CREATE TABLE IF NOT EXISTS status (
-    job_id          TEXT PRIMARY KEY,
-    status          TEXT NOT NULL,
-    value           TEXT,
-    error           TEXT,
-    terminal_reason TEXT,
-    created_at      TEXT NOT NULL,
-    completed_at    TEXT,
-    attempt         INTEGER NOT NULL DEFAULT 0,
-    queue_at        REAL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS status_queue ON status (queue_at)
     WHERE queue_at IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS durations (

@@ -33,9 +33,9 @@ SELECT value ->> 'upstream_id', value ->> 'job_id', value ->> 'step',
 -- caller holds the write lock): their state as a job reads it.
 SELECT j.job_id, j.finished_at, j.doc ->> 'step' AS step,
        CASE WHEN j.cancel_requested THEN 'cancelled'
-            WHEN s.status = 'completed' THEN 'succeeded'
-            ELSE s.status END AS state
-  FROM jobs j JOIN status s ON s.job_id = j.job_id
+            WHEN j.au_status = 'completed' THEN 'succeeded'
+            ELSE j.au_status END AS state
+  FROM jobs j
  WHERE j.job_id IN (SELECT value FROM json_each(:job_ids));
 
 -- name: has_dependents
@@ -44,9 +44,9 @@ SELECT 1 FROM job_edges WHERE upstream_id = :job_id LIMIT 1;
 -- name: ended
 -- How a job that may have ended stands: finished, succeeded, its step name.
 SELECT j.finished_at IS NOT NULL AS finished,
-       (s.status = 'completed' AND NOT j.cancel_requested) AS ok,
-       s.status, j.doc ->> 'step' AS step
-  FROM jobs j JOIN status s ON s.job_id = j.job_id
+       (j.au_status = 'completed' AND NOT j.cancel_requested) AS ok,
+       j.au_status AS status, j.doc ->> 'step' AS step
+  FROM jobs j
  WHERE j.job_id = :job_id;
 
 -- name: release
@@ -55,20 +55,19 @@ SELECT j.finished_at IS NOT NULL AS finished,
 -- :now or at their own not_before. The file's one writer decides, so no
 -- count is kept: the dependents' upstreams are read. Only waiting jobs move
 -- (queued, never claimable yet, not started, not cancelled).
-UPDATE status
-   SET queue_at = (SELECT {{release_due}} FROM jobs j WHERE j.job_id = status.job_id)
- WHERE job_id IN (SELECT e.job_id FROM job_edges e
-                   WHERE e.upstream_id IN (SELECT value FROM json_each(:ids)))
-   AND status = 'pending' AND queue_at IS NULL
-   AND EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = status.job_id AND j.started_at IS NULL
-                  AND j.finished_at IS NULL AND NOT j.cancel_requested)
+UPDATE jobs AS j
+   SET queue_at = {{release_due}}
+ WHERE j.job_id IN (SELECT e.job_id FROM job_edges e
+                     WHERE e.upstream_id IN (SELECT value FROM json_each(:ids)))
+   AND j.au_status = 'pending' AND j.queue_at IS NULL
+   AND j.started_at IS NULL AND j.finished_at IS NULL AND NOT j.cancel_requested
    AND NOT EXISTS (
        SELECT 1 FROM job_edges u
          JOIN jobs uj ON uj.job_id = u.upstream_id
-         JOIN status us ON us.job_id = u.upstream_id
-        WHERE u.job_id = status.job_id
+        WHERE u.job_id = j.job_id
           AND NOT (uj.finished_at IS NOT NULL
-                   AND ((us.status = 'completed' AND NOT uj.cancel_requested) OR u.allow_failure)))
+                   AND ((uj.au_status = 'completed' AND NOT uj.cancel_requested)
+                        OR u.allow_failure)))
 RETURNING job_id;
 
 -- name: mark_released
@@ -91,13 +90,12 @@ WITH RECURSIVE down(job_id) AS (
 )
 SELECT job_id FROM down;
 
--- name: cancel_waiting_status
-UPDATE status SET status = 'cancelled', terminal_reason = 'upstream stopped', queue_at = NULL
- WHERE job_id IN (SELECT value FROM json_each(:ids));
-
--- name: cancel_waiting_jobs
--- :why is a JSON object (error, error_kind, stopped_by) merged into each doc.
-UPDATE jobs SET cancel_requested = 1, finished_at = :now, doc = json_patch(doc, :why)
+-- name: cancel_waiting
+-- The waiting jobs :ids (unfinished: `doomed` read them in this transaction)
+-- cancelled; :why is a JSON object (error, error_kind, stopped_by) merged
+-- into each doc.
+UPDATE jobs SET au_status = 'cancelled', au_reason = 'upstream stopped', queue_at = NULL,
+                cancel_requested = 1, finished_at = :now, doc = json_patch(doc, :why)
  WHERE job_id IN (SELECT value FROM json_each(:ids)) AND finished_at IS NULL;
 
 -- name: pipeline
@@ -112,35 +110,28 @@ SELECT pipeline_id, step FROM pipeline_steps WHERE job_id = :job_id LIMIT 1;
 
 -- name: release_ids
 -- A create's new waiting jobs whose upstreams had all ended well already.
-UPDATE status
-   SET queue_at = (SELECT {{release_due}} FROM jobs j WHERE j.job_id = status.job_id)
- WHERE job_id IN (SELECT value FROM json_each(:ids)) AND status = 'pending' AND queue_at IS NULL
+UPDATE jobs AS j
+   SET queue_at = {{release_due}}
+ WHERE j.job_id IN (SELECT value FROM json_each(:ids)) AND j.au_status = 'pending'
+   AND j.queue_at IS NULL
 RETURNING job_id;
 
 -- name: cancel_steps
 -- Every unfinished step of a pipeline, as `request_cancel` cancels one (in
--- the store's write transaction): the cancel flag set; a queued one (waiting
--- or claimable) finished at once with :why (a JSON object: error,
--- error_kind) merged into its record, a running one left to stop (it reads
--- `cancelling`, and its ending goes through the outcome rules). Returns each
--- step flagged and its finished_at (None: it runs); `cancel_steps_status`
--- flips their au status next.
+-- the store's write transaction): the cancel flag set and the au entry
+-- cancelled; a queued one (waiting or claimable) finished at once with :why
+-- (a JSON object: error, error_kind) merged into its record, a running one
+-- left to stop (it reads `cancelling`, and its ending goes through the
+-- outcome rules). Returns each step flagged and its finished_at (None: it
+-- runs). Every right-hand side reads the row as it was.
 UPDATE jobs
    SET cancel_requested = 1,
-       finished_at = CASE WHEN (SELECT s.status FROM status s WHERE s.job_id = jobs.job_id)
-                               = 'pending' THEN :now ELSE finished_at END,
-       doc = CASE WHEN (SELECT s.status FROM status s WHERE s.job_id = jobs.job_id) = 'pending'
-                  THEN json_patch(doc, :why) ELSE doc END
+       finished_at = CASE WHEN au_status = 'pending' THEN :now ELSE finished_at END,
+       doc = CASE WHEN au_status = 'pending' THEN json_patch(doc, :why) ELSE doc END,
+       au_status = 'cancelled', au_reason = 'cancel requested', queue_at = NULL
  WHERE job_id IN (SELECT job_id FROM pipeline_steps WHERE pipeline_id = :pipeline_id)
-   AND NOT cancel_requested
-   AND EXISTS (SELECT 1 FROM status s WHERE s.job_id = jobs.job_id
-                  AND s.status IN ('pending', 'running'))
+   AND NOT cancel_requested AND au_status IN ('pending', 'running')
 RETURNING job_id, finished_at;
-
--- name: cancel_steps_status
--- The au entries of the steps `cancel_steps` flagged (:ids, a JSON array).
-UPDATE status SET status = 'cancelled', terminal_reason = 'cancel requested', queue_at = NULL
- WHERE job_id IN (SELECT value FROM json_each(:ids));
 
 -- name: settle_outside
 -- Of the steps `cancel_steps` finished (:ids), those a job outside the

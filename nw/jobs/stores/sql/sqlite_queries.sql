@@ -3,40 +3,42 @@
 -- are sqlite3's :name. A list parameter (kinds, job ids, keys) is bound as a
 -- JSON array and read with json_each, so each statement has one text.
 --
--- A job is read as one row: the columns of its record in `jobs`, the rest of
--- the record in `doc` (JSON text), and its status entry (status, value, error).
+-- A job is one row of `jobs`: the columns of its record, the rest of the
+-- record in `doc` (JSON text), and its au status entry in the `au_` columns
+-- (read as status, value, error). A transition writes that one row (schema 8).
 
 -- fragment: job_columns
--- The columns a job is read with: its record's columns, its doc, its status
--- entry (read as `JobRow` by the store's `_row`).
+-- The columns a job is read with: its record's columns, its doc, its au
+-- status entry (read as `JobRow` by the store's `_row`).
 j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
+j.finished_at, j.heartbeat_at, j.runner_id, j.doc,
+j.au_status AS status, j.au_value AS value, j.au_error AS error
 
 -- fragment: job_state
 -- A job's status as nw.jobs.core.status.job_status derives it (a job without
--- a status entry or with an unreadable doc reads as failed).
-(CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'failed'
+-- an unreadable doc reads as failed).
+(CASE WHEN NOT json_valid(j.doc) THEN 'failed'
              WHEN j.cancel_requested THEN
                (CASE WHEN j.finished_at IS NULL THEN 'cancelling' ELSE 'cancelled' END)
-             WHEN s.status = 'pending' THEN 'queued'
-             WHEN s.status = 'running' THEN 'running'
-             WHEN s.status = 'completed' THEN 'succeeded'
-             ELSE s.status END)
+             WHEN j.au_status = 'pending' THEN 'queued'
+             WHEN j.au_status = 'running' THEN 'running'
+             WHEN j.au_status = 'completed' THEN 'succeeded'
+             ELSE j.au_status END)
 
 -- fragment: job_grade
 -- A job's outcome grade as nw.jobs.core.status.grade gives it (NULL while it
 -- is not finished); the contract suite checks both agree.
-(CASE WHEN s.status IS NULL OR NOT json_valid(j.doc) THEN 'error'
+(CASE WHEN NOT json_valid(j.doc) THEN 'error'
              WHEN j.cancel_requested AND j.finished_at IS NULL THEN NULL
-             WHEN j.cancel_requested OR s.status = 'cancelled' THEN
+             WHEN j.cancel_requested OR j.au_status = 'cancelled' THEN
                (CASE WHEN json_extract(j.doc, '$.error_kind') = 'cancelled'
-                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), s.error)
+                          AND coalesce(nullif(json_extract(j.doc, '$.error'), ''), j.au_error)
                               LIKE 'worker lost%'
                      THEN 'error' ELSE 'notice' END)
-             WHEN s.status = 'completed' THEN
-               (CASE WHEN s.value IS NULL OR s.value IN ('null', '[]', '{}', '""')
+             WHEN j.au_status = 'completed' THEN
+               (CASE WHEN j.au_value IS NULL OR j.au_value IN ('null', '[]', '{}', '""')
                      THEN 'warning' ELSE 'ok' END)
-             WHEN s.status = 'failed' THEN
+             WHEN j.au_status = 'failed' THEN
                (CASE WHEN json_extract(j.doc, '$.error_kind') = 'refused'
                      THEN 'warning' ELSE 'error' END)
              END)
@@ -57,49 +59,49 @@ j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error
  LIMIT :limit
 
 -- name: get
--- One job with its status entry.
+-- One job.
 SELECT {{job_columns}}
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+  FROM jobs j
  WHERE j.job_id = :job_id;
 
 -- name: get_many
--- Several jobs with their status entries (a pipeline's steps, a fan-in's upstreams).
+-- Several jobs (a pipeline's steps, a fan-in's upstreams).
 SELECT {{job_columns}}
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+  FROM jobs j
  WHERE j.job_id IN (SELECT value FROM json_each(:job_ids));
 
 -- name: page
 -- Newest first (index jobs_by_created, walked from the cursor), with every
 -- optional filter: a null parameter filters nothing. :state is the job
--- status: the CASE mirrors nw.jobs.status.job_status (a job without a status
--- entry or with an unreadable doc reads as failed); :grade mirrors
+-- status: the CASE mirrors nw.jobs.status.job_status (a job with an
+-- unreadable doc reads as failed); :grade mirrors
 -- nw.jobs.status.grade as records.to_job calls it (the contract suite checks
 -- both agree); :q is a case-insensitive substring of the label; the cursor
 -- (:before_at, :before_id) is the created_at and id of the job a page ends
 -- at: only older jobs follow (ties by id).
 SELECT {{job_columns}}
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+  FROM jobs j
  WHERE 1 = 1
 {{page_filters}};
 
 -- name: page_by_actor
 -- `page` of one actor (index jobs_by_actor).
 SELECT {{job_columns}}
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+  FROM jobs j
  WHERE j.actor_id = :actor_id
 {{page_filters}};
 
 -- name: page_by_kind
 -- `page` of one kind (index jobs_by_kind).
 SELECT {{job_columns}}
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+  FROM jobs j
  WHERE j.kind = :kind
 {{page_filters}};
 
 -- name: live
 -- Every unfinished job, oldest first (index jobs_unfinished).
 SELECT {{job_columns}}
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+  FROM jobs j
  WHERE j.finished_at IS NULL
  ORDER BY j.created_at;
 
@@ -107,8 +109,8 @@ SELECT {{job_columns}}
 -- `live` without the jobs queued for a worker's claim (queue_at set): what a
 -- reaper reads, since any worker will claim those (a backlog is not read).
 SELECT {{job_columns}}
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
- WHERE j.finished_at IS NULL AND s.queue_at IS NULL
+  FROM jobs j
+ WHERE j.finished_at IS NULL AND j.queue_at IS NULL
  ORDER BY j.created_at;
 
 -- name: change_mark
@@ -120,51 +122,65 @@ PRAGMA data_version;
 -- Job ids, newest first.
 SELECT job_id FROM jobs ORDER BY created_at DESC;
 
--- name: put_job
--- Write a whole record (insert, or replace the row of the same id). A job
+-- fragment: job_insert
+-- A whole record's columns and their values (put_job, put_record). A job
 -- with a limit key, a priority or an actor gets `actor_seq` (fair share): one
 -- past its actor's newest unfinished turn, and never behind the head of the
 -- queue (a newcomer joins the rotation where it is now).
-INSERT OR REPLACE INTO jobs (job_id, created_at, kind, actor_id, attempt, cancel_requested,
-                             started_at, finished_at, heartbeat_at, runner_id, doc,
-                             limit_key, priority, actor_seq)
+INSERT INTO jobs (job_id, created_at, kind, actor_id, attempt, cancel_requested,
+                  started_at, finished_at, heartbeat_at, runner_id, doc,
+                  limit_key, priority, actor_seq, queue_at)
 VALUES (:job_id, :created_at, :kind, :actor_id, :attempt, :cancel_requested,
         :started_at, :finished_at, :heartbeat_at, :runner_id, :doc, :limit_key, :priority,
         max(coalesce((SELECT max(a.actor_seq) FROM jobs a
                        WHERE coalesce(a.actor_id, '') = coalesce(:actor_id, '')
                          AND a.finished_at IS NULL AND a.job_id <> :job_id), 0),
             coalesce((SELECT h.actor_seq FROM jobs h
-                       WHERE h.started_at IS NULL AND h.finished_at IS NULL
-                         AND h.job_id <> :job_id
-                       ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1);
+                       WHERE h.queue_at IS NOT NULL AND h.job_id <> :job_id
+                       ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1,
+        :queue_at)
 
--- name: put_queued_status
--- A new run's status entry: pending, claimable by workers when :queue_at is set.
-INSERT OR REPLACE INTO status (job_id, status, created_at, attempt, queue_at)
-VALUES (:job_id, 'pending', :created_at, :attempt, :queue_at);
+-- fragment: record_set
+-- The SET list of a whole record written over its row (put_job, put_record).
+created_at = excluded.created_at, kind = excluded.kind, actor_id = excluded.actor_id,
+attempt = excluded.attempt, cancel_requested = excluded.cancel_requested,
+started_at = excluded.started_at, finished_at = excluded.finished_at,
+heartbeat_at = excluded.heartbeat_at, runner_id = excluded.runner_id,
+doc = excluded.doc, limit_key = excluded.limit_key, priority = excluded.priority,
+actor_seq = excluded.actor_seq
 
--- name: add_pending_status
--- A pending status entry for a record written whole (put_record) that has none.
-INSERT INTO status (job_id, status, created_at)
-SELECT :job_id, 'pending', :created_at
- WHERE NOT EXISTS (SELECT 1 FROM status WHERE job_id = :job_id);
+-- name: put_job
+-- A new run of a job (insert, or replace the row of the same id): the whole
+-- record, its au status pending (no result, no error), claimable by workers
+-- from :queue_at when it is set.
+{{job_insert}}
+ON CONFLICT (job_id) DO UPDATE
+   SET {{record_set}}, au_status = 'pending', au_value = NULL,
+       au_error = NULL, au_reason = NULL, au_completed_at = NULL, queue_at = excluded.queue_at;
+
+-- name: put_record
+-- Upsert a whole record (unfenced: the index view's __setitem__; :queue_at
+-- is null). A new job's au status is pending; an existing job keeps its au
+-- status and its due time.
+{{job_insert}}
+ON CONFLICT (job_id) DO UPDATE
+   SET {{record_set}};
 
 -- name: can_start
 -- Is the job queued and not cancelled (start's precondition)?
-SELECT 1 AS ok FROM status s JOIN jobs j ON j.job_id = s.job_id
- WHERE s.job_id = :job_id AND s.status = 'pending' AND NOT j.cancel_requested;
+SELECT 1 AS ok FROM jobs
+ WHERE job_id = :job_id AND au_status = 'pending' AND NOT cancel_requested;
 
 -- name: claimable
 -- The first due claimable jobs of these kinds in claim order (priority, the
 -- actors' turns, age), passing over the keys in :skip_keys (full ones); the
 -- caller holds the write lock (BEGIN IMMEDIATE), so no one else claims them.
--- Walks the queued jobs in claim order on the partial index jobs_claim (named:
--- left to itself SQLite sorts every due job by the status_queue index first),
--- so a claim reads about :limit rows however long the queue.
-SELECT j.job_id, j.limit_key FROM jobs j INDEXED BY jobs_claim CROSS JOIN status s
-    ON s.job_id = j.job_id
+-- Walks the claimable jobs in claim order on the partial index jobs_claim
+-- (named: the plan never depends on the statistics), so a claim reads about
+-- :limit rows however long the queue.
+SELECT j.job_id, j.limit_key FROM jobs j INDEXED BY jobs_claim
  WHERE j.started_at IS NULL AND j.finished_at IS NULL
-   AND s.queue_at IS NOT NULL AND s.queue_at <= :now AND s.status = 'pending'
+   AND j.queue_at IS NOT NULL AND j.queue_at <= :now AND j.au_status = 'pending'
    AND NOT j.cancel_requested AND j.kind IN (SELECT value FROM json_each(:kinds))
    AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT value FROM json_each(:skip_keys)))
  ORDER BY j.priority DESC, j.actor_seq, j.created_at, j.job_id
@@ -202,28 +218,25 @@ DELETE FROM limits WHERE limit_key = :key;
 
 -- name: queue_ahead
 -- The claimable jobs in claim order with what a queued job's ETA needs.
-SELECT j.job_id, j.limit_key, s.queue_at, j.priority,
+SELECT j.job_id, j.limit_key, j.queue_at, j.priority,
        CASE WHEN json_valid(j.doc) THEN json_extract(j.doc, '$.eta_p50') END AS eta_p50,
        CASE WHEN json_valid(j.doc) THEN json_extract(j.doc, '$.eta_confidence') END
          AS eta_confidence
-  FROM jobs j INDEXED BY jobs_claim CROSS JOIN status s ON s.job_id = j.job_id
+  FROM jobs j INDEXED BY jobs_claim
  WHERE j.started_at IS NULL AND j.finished_at IS NULL
-   AND s.queue_at IS NOT NULL AND s.status = 'pending' AND NOT j.cancel_requested
+   AND j.queue_at IS NOT NULL AND j.au_status = 'pending' AND NOT j.cancel_requested
  ORDER BY j.priority DESC, j.actor_seq, j.created_at, j.job_id
  LIMIT :limit;
 
--- name: start_status
--- queued -> running in the status entry (the attempt counts along).
-UPDATE status SET status = 'running', attempt = attempt + 1, queue_at = NULL
- WHERE job_id = :job_id;
-
 -- name: start_job
--- queued -> running in the record: bumps the attempt (the lease counter),
--- stamps started_at and a first beat, names the runner, and appends the
+-- queued -> running: au status running (no longer claimable), bumps the
+-- attempt (the lease counter), stamps started_at and a first beat, names the
+-- runner, and appends the
 -- attempt to the record's `attempts` (its number in the run, its lease, the
 -- runner with the host and pid it announced, when it started; the outcome
 -- closes it).
-UPDATE jobs SET attempt = attempt + 1, started_at = :now, heartbeat_at = :now,
+UPDATE jobs SET au_status = 'running', queue_at = NULL,
+                attempt = attempt + 1, started_at = :now, heartbeat_at = :now,
                 runner_id = :runner_id,
                 doc = CASE WHEN NOT json_valid(doc) THEN doc ELSE json_insert(
                         CASE WHEN json_type(doc, '$.attempts') = 'array' THEN doc
@@ -246,6 +259,19 @@ UPDATE jobs SET attempt = attempt + 1, started_at = :now, heartbeat_at = :now,
 -- (what a patch of doc fields merges into).
 SELECT attempt, finished_at IS NOT NULL AS finished, doc FROM jobs WHERE job_id = :job_id;
 
+-- fragment: patch_set
+-- The SET list of a patch (see `patch`): the flagged columns and the doc.
+kind = CASE WHEN :set_kind THEN :kind ELSE kind END,
+       attempt = CASE WHEN :set_attempt THEN :attempt ELSE attempt END,
+       cancel_requested = CASE WHEN :set_cancel_requested THEN :cancel_requested
+                               ELSE cancel_requested END,
+       started_at = CASE WHEN :set_started_at THEN :started_at ELSE started_at END,
+       heartbeat_at = CASE WHEN :set_heartbeat_at THEN :heartbeat_at ELSE heartbeat_at END,
+       runner_id = CASE WHEN :set_runner_id THEN :runner_id ELSE runner_id END,
+       doc = CASE WHEN :doc IS NOT NULL THEN :doc
+                  WHEN :doc_patch IS NOT NULL THEN json_patch(doc, :doc_patch)
+                  ELSE doc END
+
 -- name: patch
 -- Record fields: a column is set when its :set_<column> flag is true (so a
 -- null value clears it), else left as it is. Doc fields: :doc_patch (a JSON
@@ -257,16 +283,7 @@ SELECT attempt, finished_at IS NOT NULL AS finished, doc FROM jobs WHERE job_id 
 -- the index entries of every column a SET names, changed or not, so each has
 -- its own statement, run only when a patch carries it.
 UPDATE jobs
-   SET kind = CASE WHEN :set_kind THEN :kind ELSE kind END,
-       attempt = CASE WHEN :set_attempt THEN :attempt ELSE attempt END,
-       cancel_requested = CASE WHEN :set_cancel_requested THEN :cancel_requested
-                               ELSE cancel_requested END,
-       started_at = CASE WHEN :set_started_at THEN :started_at ELSE started_at END,
-       heartbeat_at = CASE WHEN :set_heartbeat_at THEN :heartbeat_at ELSE heartbeat_at END,
-       runner_id = CASE WHEN :set_runner_id THEN :runner_id ELSE runner_id END,
-       doc = CASE WHEN :doc IS NOT NULL THEN :doc
-                  WHEN :doc_patch IS NOT NULL THEN json_patch(doc, :doc_patch)
-                  ELSE doc END
+   SET {{patch_set}}
  WHERE job_id = :job_id;
 
 -- name: patch_created_at
@@ -278,21 +295,37 @@ UPDATE jobs SET actor_id = :actor_id WHERE job_id = :job_id;
 -- name: patch_finished_at
 UPDATE jobs SET finished_at = :finished_at WHERE job_id = :job_id;
 
--- name: finish_status
--- The terminal status entry (no longer claimable).
-UPDATE status SET status = :au_status, value = :value, error = :error,
-                  completed_at = :completed_at, queue_at = NULL
+-- fragment: transition_finished_at
+-- finished_at set by its flag in a transition's statement (a transition
+-- finishing a job changes its index entries anyway).
+finished_at = CASE WHEN :set_finished_at THEN :finished_at ELSE finished_at END
+
+-- name: finish
+-- running -> ended in one statement: the terminal au status entry (no longer
+-- claimable) and the patch of the record's fields (see `patch`).
+UPDATE jobs
+   SET {{patch_set}},
+       {{transition_finished_at}},
+       au_status = :au_status, au_value = :value, au_error = :error,
+       au_completed_at = :completed_at, queue_at = NULL
  WHERE job_id = :job_id;
 
--- name: requeue_status
--- Back to pending, due at :not_before.
-UPDATE status SET status = 'pending', value = NULL, error = NULL, completed_at = NULL,
-                  queue_at = :not_before
+-- name: requeue
+-- Back to pending, due at :not_before, with the patch of the record's fields.
+UPDATE jobs
+   SET {{patch_set}},
+       {{transition_finished_at}},
+       au_status = 'pending', au_value = NULL, au_error = NULL, au_completed_at = NULL,
+       queue_at = :not_before
  WHERE job_id = :job_id;
 
--- name: cancel_status
--- The au entry flipped to cancelled (the record's flag is the intent).
-UPDATE status SET status = 'cancelled', terminal_reason = 'cancel requested', queue_at = NULL
+-- name: cancel
+-- The au entry flipped to cancelled (the record's flag, in the patch, is the
+-- intent), no longer claimable.
+UPDATE jobs
+   SET {{patch_set}},
+       {{transition_finished_at}},
+       au_status = 'cancelled', au_reason = 'cancel requested', queue_at = NULL
  WHERE job_id = :job_id;
 
 -- name: beat_runner
@@ -412,32 +445,26 @@ SELECT coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN (
 -- name: delete_job
 DELETE FROM jobs WHERE job_id = :job_id;
 
--- name: delete_status
-DELETE FROM status WHERE job_id = :job_id;
-
 -- name: get_status
--- One au status entry (the status view's __getitem__).
-SELECT status, value, error, terminal_reason, created_at, completed_at, attempt
-  FROM status WHERE job_id = :job_id;
+-- One job's au status entry (the status view's __getitem__): its au columns,
+-- created when the job was (epoch seconds), at the job's attempt.
+SELECT au_status AS status, au_value AS value, au_error AS error,
+       au_reason AS terminal_reason, created_at, au_completed_at AS completed_at, attempt
+  FROM jobs WHERE job_id = :job_id;
 
 -- name: put_status
--- Upsert a job's au status entry (the status view's __setitem__); not
+-- Write a job's au status entry (the status view's __setitem__); not
 -- claimable. Nothing for a job not in the store (no row written).
-INSERT INTO status (job_id, status, value, error, terminal_reason, created_at, completed_at)
-SELECT :job_id, :status, :value, :error, :terminal_reason, :created_at, :completed_at
- WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = :job_id)
-ON CONFLICT (job_id) DO UPDATE
-   SET status = excluded.status, value = excluded.value, error = excluded.error,
-       terminal_reason = excluded.terminal_reason, completed_at = excluded.completed_at,
-       queue_at = NULL;
+UPDATE jobs
+   SET au_status = :status, au_value = :value, au_error = :error,
+       au_reason = :terminal_reason, au_completed_at = :completed_at, queue_at = NULL
+ WHERE job_id = :job_id;
 
 -- name: finished_before
 -- The oldest finished jobs that finished before :cutoff (index
 -- jobs_by_finished): what `prune` rolls up and deletes, a batch at a time.
-SELECT j.job_id, j.created_at, j.kind, j.attempt, j.cancel_requested, j.started_at,
-       j.finished_at, j.heartbeat_at, j.runner_id, j.doc, s.status, s.value, s.error,
-       j.actor_id
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+SELECT {{job_columns}}, j.actor_id
+  FROM jobs j
  WHERE j.finished_at IS NOT NULL AND j.finished_at < :cutoff
  ORDER BY j.finished_at, j.job_id
  LIMIT :limit;
@@ -492,7 +519,7 @@ SELECT kind, actor_id, day >= :today_day AS today, sum(usd) AS usd,
 SELECT {{job_state}} AS state,
        {{job_grade}} AS grade,
        count(*) AS n
-  FROM jobs j LEFT JOIN status s ON s.job_id = j.job_id
+  FROM jobs j
  GROUP BY 1, 2;
 
 -- name: rollup_counts
