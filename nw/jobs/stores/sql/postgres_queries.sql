@@ -50,6 +50,71 @@ THEN j.doc->'attempts' END, '[]'::jsonb)
 'pid', r.info->'pid',
 'started_at', %(now)s::double precision)))
 
+-- fragment: patch_columns
+-- The column fields a patch sets, from `p.c` (a JSON object of column fields:
+-- a key that is absent leaves its column unchanged, one present with null
+-- clears it): what `patch`, `requeue` and the finishes write of a record's
+-- columns (nw/jobs/stores/columns.py declares them).
+created_at = CASE WHEN p.c ? 'created_at' THEN (p.c->>'created_at')::double precision ELSE j.created_at END,
+kind = CASE WHEN p.c ? 'kind' THEN p.c->>'kind' ELSE j.kind END,
+idempotency_key = CASE WHEN p.c ? 'idempotency_key' THEN p.c->>'idempotency_key' ELSE j.idempotency_key END,
+actor_id = CASE WHEN p.c ? 'actor_id' THEN p.c->>'actor_id' ELSE j.actor_id END,
+attempt = CASE WHEN p.c ? 'attempt' THEN (p.c->>'attempt')::integer ELSE j.attempt END,
+cancel_requested = CASE WHEN p.c ? 'cancel_requested' THEN (p.c->>'cancel_requested')::boolean ELSE j.cancel_requested END,
+started_at = CASE WHEN p.c ? 'started_at' THEN (p.c->>'started_at')::double precision ELSE j.started_at END,
+finished_at = CASE WHEN p.c ? 'finished_at' THEN (p.c->>'finished_at')::double precision ELSE j.finished_at END,
+heartbeat_at = CASE WHEN p.c ? 'heartbeat_at' THEN (p.c->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
+runner_id = CASE WHEN p.c ? 'runner_id' THEN p.c->>'runner_id' ELSE j.runner_id END
+
+-- fragment: claim_pick
+-- A claim's choice and start (`claim`, `finish_many_and_claim`): the first
+-- :limit due jobs of these kinds in claim order (priority, the actors' turns,
+-- age), passing over the keys in `blocked` (a CTE before it), locked SKIP
+-- LOCKED; those whose key has a limit come back `held` (started later under
+-- the key's lock), the others start their attempt (`jb`).
+picked AS (
+  SELECT j.job_id, j.limit_key,
+         EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key) AS held,
+         row_number() OVER () AS n
+    FROM (SELECT job_id, limit_key FROM nw_jobs.jobs
+           WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
+             AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested
+             AND (limit_key IS NULL OR limit_key NOT IN (SELECT limit_key FROM blocked))
+           ORDER BY priority DESC, actor_seq, created_at, job_id
+           LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED) j
+), jb AS (
+  UPDATE nw_jobs.jobs j
+     SET {{start_attempt}}
+    FROM picked
+    LEFT JOIN nw_jobs.runners r
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
+   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
+  RETURNING j.*
+)
+
+-- fragment: finish_batch
+-- A batch of terminal writes (`finish_many`, `finish_many_and_claim`):
+-- %(batch)s is a JSON array of {job_id, attempt, au_status, value, error,
+-- cols, doc}, each fenced by its attempt and patched as by `patch`, its au
+-- status entry written with it; `fj` returns the ids written.
+p AS (
+  SELECT x.*, x.cols AS c FROM jsonb_to_recordset(%(batch)s::jsonb)
+      AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
+           cols jsonb, doc jsonb)
+), fj AS (
+  UPDATE nw_jobs.jobs j
+     SET {{patch_columns}},
+         doc = j.doc || p.doc,
+         au_status = p.au_status, au_value = p.value, au_error = p.error,
+         au_completed_at = now(),
+         queue_at = NULL
+    FROM p
+   WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
+     AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
+  RETURNING j.job_id
+)
+
 -- name: get
 -- One job.
 SELECT {{job_columns}}
@@ -307,26 +372,7 @@ WITH blocked AS MATERIALIZED (
                             WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
                               AND r.finished_at IS NULL)
       OR l.per_second <= (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
-), picked AS (
-  SELECT j.job_id, j.limit_key,
-         EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key) AS held,
-         row_number() OVER () AS n
-    FROM (SELECT job_id, limit_key FROM nw_jobs.jobs
-           WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
-             AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested
-             AND (limit_key IS NULL OR limit_key NOT IN (SELECT limit_key FROM blocked))
-           ORDER BY priority DESC, actor_seq, created_at, job_id
-           LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED) j
-), jb AS (
-  UPDATE nw_jobs.jobs j
-     SET {{start_attempt}}
-    FROM picked
-    LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
-   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
-  RETURNING j.*
-)
+), {{claim_pick}}
 SELECT picked.held, picked.limit_key, picked.job_id, jb.created_at, jb.kind, jb.attempt,
        jb.cancel_requested, jb.started_at, jb.finished_at, jb.heartbeat_at, jb.runner_id,
        jb.doc, jb.au_status AS status, jb.au_value AS value,
@@ -442,54 +488,19 @@ SELECT job_id, limit_key, queue_at, priority,
 -- A null %(attempt)s means unfenced.
 WITH p AS (SELECT %(cols)s::jsonb AS c, %(doc)s::jsonb AS d)
 UPDATE nw_jobs.jobs j
-   SET created_at = CASE WHEN p.c ? 'created_at' THEN (p.c->>'created_at')::double precision ELSE j.created_at END,
-       kind = CASE WHEN p.c ? 'kind' THEN p.c->>'kind' ELSE j.kind END,
-       idempotency_key = CASE WHEN p.c ? 'idempotency_key' THEN p.c->>'idempotency_key' ELSE j.idempotency_key END,
-       actor_id = CASE WHEN p.c ? 'actor_id' THEN p.c->>'actor_id' ELSE j.actor_id END,
-       attempt = CASE WHEN p.c ? 'attempt' THEN (p.c->>'attempt')::integer ELSE j.attempt END,
-       cancel_requested = CASE WHEN p.c ? 'cancel_requested' THEN (p.c->>'cancel_requested')::boolean ELSE j.cancel_requested END,
-       started_at = CASE WHEN p.c ? 'started_at' THEN (p.c->>'started_at')::double precision ELSE j.started_at END,
-       finished_at = CASE WHEN p.c ? 'finished_at' THEN (p.c->>'finished_at')::double precision ELSE j.finished_at END,
-       heartbeat_at = CASE WHEN p.c ? 'heartbeat_at' THEN (p.c->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
-       runner_id = CASE WHEN p.c ? 'runner_id' THEN p.c->>'runner_id' ELSE j.runner_id END,
+   SET {{patch_columns}},
        doc = j.doc || p.d
   FROM p
  WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
    AND j.attempt = coalesce(%(attempt)s::integer, j.attempt);
 
 -- name: finish_many
--- Terminal writes, many in one statement (the group commit of `finish`):
--- %(batch)s is a JSON array of {job_id, attempt, au_status, value, error,
--- cols, doc}, each fenced by its attempt and patched as by `patch`, its au
--- status entry written with it. Returns the ids written, and NOTIFYs the
+-- Terminal writes, many in one statement (the group commit of `finish`; the
+-- batch as `finish_batch` reads it). Returns the ids written, and NOTIFYs the
 -- project's change channel once when any was (a `jobs.wait` wakes on it).
-WITH p AS (
-  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
-      AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
-           cols jsonb, doc jsonb)
-), jb AS (
-  UPDATE nw_jobs.jobs j
-     SET created_at = CASE WHEN p.cols ? 'created_at' THEN (p.cols->>'created_at')::double precision ELSE j.created_at END,
-         kind = CASE WHEN p.cols ? 'kind' THEN p.cols->>'kind' ELSE j.kind END,
-         idempotency_key = CASE WHEN p.cols ? 'idempotency_key' THEN p.cols->>'idempotency_key' ELSE j.idempotency_key END,
-         actor_id = CASE WHEN p.cols ? 'actor_id' THEN p.cols->>'actor_id' ELSE j.actor_id END,
-         attempt = CASE WHEN p.cols ? 'attempt' THEN (p.cols->>'attempt')::integer ELSE j.attempt END,
-         cancel_requested = CASE WHEN p.cols ? 'cancel_requested' THEN (p.cols->>'cancel_requested')::boolean ELSE j.cancel_requested END,
-         started_at = CASE WHEN p.cols ? 'started_at' THEN (p.cols->>'started_at')::double precision ELSE j.started_at END,
-         finished_at = CASE WHEN p.cols ? 'finished_at' THEN (p.cols->>'finished_at')::double precision ELSE j.finished_at END,
-         heartbeat_at = CASE WHEN p.cols ? 'heartbeat_at' THEN (p.cols->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
-         runner_id = CASE WHEN p.cols ? 'runner_id' THEN p.cols->>'runner_id' ELSE j.runner_id END,
-         doc = j.doc || p.doc,
-         au_status = p.au_status, au_value = p.value, au_error = p.error,
-         au_completed_at = now(),
-         queue_at = NULL
-    FROM p
-   WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
-     AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
-  RETURNING j.job_id
-)
+WITH {{finish_batch}}
 -- one NOTIFY for the batch, on the project's change channel (`jobs.wait`)
-SELECT job_id, (SELECT pg_notify(%(changes_channel)s, '')) IS NULL AS notified FROM jb;
+SELECT job_id, (SELECT pg_notify(%(changes_channel)s, '')) IS NULL AS notified FROM fj;
 
 -- name: finish_many_and_claim
 -- A worker's batch of finishes (as `finish_many`) and the claim (as `claim`:
@@ -504,31 +515,7 @@ SELECT job_id, (SELECT pg_notify(%(changes_channel)s, '')) IS NULL AS notified F
 -- decides which jobs come back held, never what starts. One row at least:
 -- the ids written, then one picked job per row (NULLs when none was picked).
 -- The change channel is NOTIFYed once when any finish was written.
-WITH p AS (
-  SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
-      AS x(job_id text, attempt integer, au_status text, value jsonb, error text,
-           cols jsonb, doc jsonb)
-), fj AS (
-  UPDATE nw_jobs.jobs j
-     SET created_at = CASE WHEN p.cols ? 'created_at' THEN (p.cols->>'created_at')::double precision ELSE j.created_at END,
-         kind = CASE WHEN p.cols ? 'kind' THEN p.cols->>'kind' ELSE j.kind END,
-         idempotency_key = CASE WHEN p.cols ? 'idempotency_key' THEN p.cols->>'idempotency_key' ELSE j.idempotency_key END,
-         actor_id = CASE WHEN p.cols ? 'actor_id' THEN p.cols->>'actor_id' ELSE j.actor_id END,
-         attempt = CASE WHEN p.cols ? 'attempt' THEN (p.cols->>'attempt')::integer ELSE j.attempt END,
-         cancel_requested = CASE WHEN p.cols ? 'cancel_requested' THEN (p.cols->>'cancel_requested')::boolean ELSE j.cancel_requested END,
-         started_at = CASE WHEN p.cols ? 'started_at' THEN (p.cols->>'started_at')::double precision ELSE j.started_at END,
-         finished_at = CASE WHEN p.cols ? 'finished_at' THEN (p.cols->>'finished_at')::double precision ELSE j.finished_at END,
-         heartbeat_at = CASE WHEN p.cols ? 'heartbeat_at' THEN (p.cols->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
-         runner_id = CASE WHEN p.cols ? 'runner_id' THEN p.cols->>'runner_id' ELSE j.runner_id END,
-         doc = j.doc || p.doc,
-         au_status = p.au_status, au_value = p.value, au_error = p.error,
-         au_completed_at = now(),
-         queue_at = NULL
-    FROM p
-   WHERE j.project_id = %(project_id)s AND j.job_id = ANY(%(job_ids)s::text[])
-     AND j.job_id = p.job_id AND j.attempt = coalesce(p.attempt, j.attempt)
-  RETURNING j.job_id
-), blocked AS MATERIALIZED (
+WITH {{finish_batch}}, blocked AS MATERIALIZED (
   SELECT l.limit_key FROM nw_jobs.limits l
    WHERE l.max_running <= (SELECT count(*) FROM nw_jobs.jobs r
                             WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
@@ -536,26 +523,7 @@ WITH p AS (
                               AND NOT (r.project_id = %(project_id)s
                                        AND r.job_id = ANY(%(job_ids)s::text[])))
       OR l.per_second <= (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
-), picked AS (
-  SELECT j.job_id, j.limit_key,
-         EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key) AS held,
-         row_number() OVER () AS n
-    FROM (SELECT job_id, limit_key FROM nw_jobs.jobs
-           WHERE project_id = %(project_id)s AND queue_at IS NOT NULL AND queue_at <= %(now)s
-             AND kind = ANY(%(kinds)s::text[]) AND NOT cancel_requested
-             AND (limit_key IS NULL OR limit_key NOT IN (SELECT limit_key FROM blocked))
-           ORDER BY priority DESC, actor_seq, created_at, job_id
-           LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED) j
-), jb AS (
-  UPDATE nw_jobs.jobs j
-     SET {{start_attempt}}
-    FROM picked
-    LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
-   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
-  RETURNING j.*
-)
+), {{claim_pick}}
 SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished,
        (SELECT pg_notify(%(changes_channel)s, '') FROM (SELECT 1 FROM fj LIMIT 1) x) IS NULL
          AS notified,
@@ -577,16 +545,7 @@ SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished,
 WITH p AS (SELECT %(cols)s::jsonb AS c, %(doc)s::jsonb AS d),
 jb AS (
   UPDATE nw_jobs.jobs j
-     SET created_at = CASE WHEN p.c ? 'created_at' THEN (p.c->>'created_at')::double precision ELSE j.created_at END,
-         kind = CASE WHEN p.c ? 'kind' THEN p.c->>'kind' ELSE j.kind END,
-         idempotency_key = CASE WHEN p.c ? 'idempotency_key' THEN p.c->>'idempotency_key' ELSE j.idempotency_key END,
-         actor_id = CASE WHEN p.c ? 'actor_id' THEN p.c->>'actor_id' ELSE j.actor_id END,
-         attempt = CASE WHEN p.c ? 'attempt' THEN (p.c->>'attempt')::integer ELSE j.attempt END,
-         cancel_requested = CASE WHEN p.c ? 'cancel_requested' THEN (p.c->>'cancel_requested')::boolean ELSE j.cancel_requested END,
-         started_at = CASE WHEN p.c ? 'started_at' THEN (p.c->>'started_at')::double precision ELSE j.started_at END,
-         finished_at = CASE WHEN p.c ? 'finished_at' THEN (p.c->>'finished_at')::double precision ELSE j.finished_at END,
-         heartbeat_at = CASE WHEN p.c ? 'heartbeat_at' THEN (p.c->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
-         runner_id = CASE WHEN p.c ? 'runner_id' THEN p.c->>'runner_id' ELSE j.runner_id END,
+     SET {{patch_columns}},
          doc = j.doc || p.d,
          au_status = 'pending', au_value = NULL, au_error = NULL, au_completed_at = NULL,
          queue_at = %(not_before)s,
@@ -740,12 +699,12 @@ WITH jb AS (
 )
 SELECT count(*) AS jobs FROM jb;
 
--- name: spend
--- Committed spend in one pass over the project's rows. Mirrors the embedded
--- store: a missing or non-false lower-bound flag on a finished job that
--- started makes the total a lower bound ("unreported" is not "exact"); a
--- figure that is not a JSON number counts as absent.
-SELECT coalesce(sum(
+-- fragment: spend_sums
+-- A set of jobs' committed spend (`spend`, `spend_by_actor`): a missing or
+-- non-false lower-bound flag on a finished job that started makes the total
+-- a lower bound ("unreported" is not "exact"); a figure that is not a JSON
+-- number counts as absent.
+coalesce(sum(
          coalesce(CASE WHEN jsonb_typeof(doc->'prior_actual_usd') = 'number'
                        THEN (doc->>'prior_actual_usd')::double precision END, 0)
        + coalesce(CASE WHEN jsonb_typeof(doc->'earlier_runs_usd') = 'number'
@@ -765,32 +724,20 @@ SELECT coalesce(sum(
        count(*) FILTER (WHERE finished_at IS NULL
                           AND jsonb_typeof(doc->'estimated_usd') IS DISTINCT FROM 'number')
          AS live_unknown
+
+-- name: spend
+-- Committed spend in one pass over the project's rows. Mirrors the embedded
+-- store: a missing or non-false lower-bound flag on a finished job that
+-- started makes the total a lower bound ("unreported" is not "exact"); a
+-- figure that is not a JSON number counts as absent.
+SELECT {{spend_sums}}
   FROM nw_jobs.jobs
  WHERE project_id = %(project_id)s;
 
 -- name: spend_by_actor
 -- One actor's spend over a rolling window: the `spend` of the jobs created at
 -- or after %(since)s by this actor (index jobs_actor).
-SELECT coalesce(sum(
-         coalesce(CASE WHEN jsonb_typeof(doc->'prior_actual_usd') = 'number'
-                       THEN (doc->>'prior_actual_usd')::double precision END, 0)
-       + coalesce(CASE WHEN jsonb_typeof(doc->'earlier_runs_usd') = 'number'
-                       THEN (doc->>'earlier_runs_usd')::double precision END, 0)
-       + CASE WHEN finished_at IS NULL THEN 0
-              ELSE coalesce(CASE WHEN jsonb_typeof(doc->'actual_usd') = 'number'
-                                 THEN (doc->>'actual_usd')::double precision END, 0) END
-       ), 0.0) AS actual_usd,
-       coalesce(bool_or(finished_at IS NOT NULL AND started_at IS NOT NULL
-                        AND coalesce(doc->'actual_is_lower_bound'
-                                     NOT IN ('false'::jsonb, '0'::jsonb), true)),
-                false) AS lower_bound,
-       coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN CASE WHEN jsonb_typeof(doc->'estimated_usd') = 'number'
-                                   THEN (doc->>'estimated_usd')::double precision END END),
-                0.0) AS live_estimated_usd,
-       count(*) FILTER (WHERE finished_at IS NULL
-                          AND jsonb_typeof(doc->'estimated_usd') IS DISTINCT FROM 'number')
-         AS live_unknown
+SELECT {{spend_sums}}
   FROM nw_jobs.jobs
  WHERE project_id = %(project_id)s AND actor_id = %(actor_id)s AND created_at >= %(since)s;
 
@@ -1059,26 +1006,7 @@ ON CONFLICT (one) DO UPDATE
 -- every project of %(actor_id)s and %(kind)s when given (NULL: every one),
 -- finished at or after %(since)s (NULL: all time) or still live (a live
 -- job's estimate is spent now). Index jobs_spend_window.
-SELECT coalesce(sum(
-         coalesce(CASE WHEN jsonb_typeof(doc->'prior_actual_usd') = 'number'
-                       THEN (doc->>'prior_actual_usd')::double precision END, 0)
-       + coalesce(CASE WHEN jsonb_typeof(doc->'earlier_runs_usd') = 'number'
-                       THEN (doc->>'earlier_runs_usd')::double precision END, 0)
-       + CASE WHEN finished_at IS NULL THEN 0
-              ELSE coalesce(CASE WHEN jsonb_typeof(doc->'actual_usd') = 'number'
-                                 THEN (doc->>'actual_usd')::double precision END, 0) END
-       ), 0.0) AS actual_usd,
-       coalesce(bool_or(finished_at IS NOT NULL AND started_at IS NOT NULL
-                        AND coalesce(doc->'actual_is_lower_bound'
-                                     NOT IN ('false'::jsonb, '0'::jsonb), true)),
-                false) AS lower_bound,
-       coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN CASE WHEN jsonb_typeof(doc->'estimated_usd') = 'number'
-                                   THEN (doc->>'estimated_usd')::double precision END END),
-                0.0) AS live_estimated_usd,
-       count(*) FILTER (WHERE finished_at IS NULL
-                          AND jsonb_typeof(doc->'estimated_usd') IS DISTINCT FROM 'number')
-         AS live_unknown
+SELECT {{spend_sums}}
   FROM nw_jobs.jobs
  WHERE (%(since)s::double precision IS NULL OR finished_at IS NULL
         OR finished_at >= %(since)s::double precision)

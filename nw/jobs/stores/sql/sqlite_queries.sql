@@ -388,6 +388,30 @@ DELETE FROM runners WHERE runner_id = :runner_id;
 -- name: runners
 SELECT runner_id, info, started_at, beat_at FROM runners;
 
+-- fragment: spend_sums
+-- A set of jobs' committed spend (`spend`, `spend_by_actor`): a missing or
+-- non-false lower-bound flag on a finished job that started makes the total
+-- a lower bound; a figure that is not a JSON number counts as absent.
+coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.prior_actual_usd') END, 0)
+                    + coalesce(CASE WHEN json_type(doc, '$.earlier_runs_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.earlier_runs_usd') END, 0)
+                    + CASE WHEN finished_at IS NULL THEN 0
+                           ELSE coalesce(CASE WHEN json_type(doc, '$.actual_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.actual_usd') END, 0) END), 0.0)
+         AS actual_usd,
+       coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
+                    AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
+         AS lower_bound,
+       coalesce(sum(CASE WHEN finished_at IS NULL
+                         THEN CASE WHEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
+                              THEN json_extract(doc, '$.estimated_usd') END END), 0.0)
+         AS live_estimated_usd,
+       count(CASE WHEN finished_at IS NULL
+                   AND coalesce(json_type(doc, '$.estimated_usd'), 'null') NOT IN ('integer', 'real')
+                  THEN 1 END)
+         AS live_unknown
+
 -- name: spend
 -- Committed spend in one pass. A missing or non-false lower-bound flag on a
 -- finished job that started makes the total a lower bound. As on PostgreSQL, a
@@ -395,50 +419,14 @@ SELECT runner_id, info, started_at, beat_at FROM runners;
 -- not JSON (it reads failed, "unreadable") counts for nothing: one bad row
 -- never breaks the sum for the others (json_valid first: the json functions
 -- raise on a malformed doc).
-SELECT coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.prior_actual_usd') END, 0)
-                    + coalesce(CASE WHEN json_type(doc, '$.earlier_runs_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.earlier_runs_usd') END, 0)
-                    + CASE WHEN finished_at IS NULL THEN 0
-                           ELSE coalesce(CASE WHEN json_type(doc, '$.actual_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.actual_usd') END, 0) END), 0.0)
-         AS actual_usd,
-       coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
-                    AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
-         AS lower_bound,
-       coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN CASE WHEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.estimated_usd') END END), 0.0)
-         AS live_estimated_usd,
-       count(CASE WHEN finished_at IS NULL
-                   AND coalesce(json_type(doc, '$.estimated_usd'), 'null') NOT IN ('integer', 'real')
-                  THEN 1 END)
-         AS live_unknown
+SELECT {{spend_sums}}
   FROM jobs
  WHERE json_valid(doc);
 
 -- name: spend_by_actor
 -- One actor's spend over a rolling window (as `spend`, over the jobs created
 -- at or after :since by this actor; index jobs_by_actor).
-SELECT coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.prior_actual_usd') END, 0)
-                    + coalesce(CASE WHEN json_type(doc, '$.earlier_runs_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.earlier_runs_usd') END, 0)
-                    + CASE WHEN finished_at IS NULL THEN 0
-                           ELSE coalesce(CASE WHEN json_type(doc, '$.actual_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.actual_usd') END, 0) END), 0.0)
-         AS actual_usd,
-       coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
-                    AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
-         AS lower_bound,
-       coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN CASE WHEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.estimated_usd') END END), 0.0)
-         AS live_estimated_usd,
-       count(CASE WHEN finished_at IS NULL
-                   AND coalesce(json_type(doc, '$.estimated_usd'), 'null') NOT IN ('integer', 'real')
-                  THEN 1 END)
-         AS live_unknown
+SELECT {{spend_sums}}
   FROM jobs
  WHERE actor_id = :actor_id AND created_at >= :since AND json_valid(doc);
 
@@ -577,25 +565,7 @@ ON CONFLICT (one) DO UPDATE
 -- :since (NULL: all time) or still live (a live job's estimate is spent now).
 -- Guarded as `spend` is: a doc that is not JSON counts for nothing, a figure
 -- that is not a JSON number as absent.
-SELECT coalesce(sum(coalesce(CASE WHEN json_type(doc, '$.prior_actual_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.prior_actual_usd') END, 0)
-                    + coalesce(CASE WHEN json_type(doc, '$.earlier_runs_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.earlier_runs_usd') END, 0)
-                    + CASE WHEN finished_at IS NULL THEN 0
-                           ELSE coalesce(CASE WHEN json_type(doc, '$.actual_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.actual_usd') END, 0) END), 0.0)
-         AS actual_usd,
-       coalesce(max(finished_at IS NOT NULL AND started_at IS NOT NULL
-                    AND json_extract(doc, '$.actual_is_lower_bound') IS NOT 0), 0)
-         AS lower_bound,
-       coalesce(sum(CASE WHEN finished_at IS NULL
-                         THEN CASE WHEN json_type(doc, '$.estimated_usd') IN ('integer', 'real')
-                              THEN json_extract(doc, '$.estimated_usd') END END), 0.0)
-         AS live_estimated_usd,
-       count(CASE WHEN finished_at IS NULL
-                   AND coalesce(json_type(doc, '$.estimated_usd'), 'null') NOT IN ('integer', 'real')
-                  THEN 1 END)
-         AS live_unknown
+SELECT {{spend_sums}}
   FROM jobs
  WHERE (:since IS NULL OR finished_at IS NULL OR finished_at >= :since)
    AND (:actor_id IS NULL OR actor_id = :actor_id)
