@@ -218,17 +218,5 @@ class PgClaims(PgBase):
             args = {"key": key, "max_running": max_running, "per_second": per_second, "now": now}
             self._exec("set_limit", args)
 
-    def limits(self, *, now: float) -> list[limits.Limit]:
-        return [
-            limits.Limit(
-                r["limit_key"],
-                r["max_running"],
-                r["per_second"],
-                int(r["running"]),
-                int(r["started_last_s"]),
-            )
-            for r in self._read("limits", {"now": now})
-        ]
-
     def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
         return [dict(r) for r in self._read("queue_ahead", {"limit": int(limit)})]

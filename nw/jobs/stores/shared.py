@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 from au import ComputationResult, ComputationStatus
 
+from nw.jobs.core import limits
 from nw.jobs.core.records import JobRow
 from nw.jobs.core.storable import storable
 from nw.jobs.stores.base import JobStore, bound_args, bucketed, utc_day
@@ -101,6 +102,20 @@ class SharedStore(JobStore):
     def get(self, job_id: str) -> JobRow | None:
         r = self._one("get", {"job_id": job_id})
         return None if r is None else self._row(r)
+
+    def limits(self, *, now: float) -> list[limits.Limit]:
+        if not self._has("limits"):  # an older file, read-only: no limits yet
+            return []
+        return [
+            limits.Limit(
+                r["limit_key"],
+                r["max_running"],
+                r["per_second"],
+                int(r["running"]),
+                int(r["started_last_s"]),
+            )
+            for r in self._all("limits", {"now": now})
+        ]
 
     def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
         rows = self._all("get_many", {"job_ids": self._to_list(list(dict.fromkeys(job_ids)))})

@@ -120,20 +120,6 @@ class SqliteClaims(SqliteBase):
             else:
                 c.execute(Q["set_limit"], args)
 
-    def limits(self, *, now: float) -> list[limits.Limit]:
-        with self._cursor() as c:
-            rows = c.execute(Q["limit_rooms"]).fetchall() if self._has("limits") else []
-        return [
-            limits.Limit(
-                r["limit_key"],
-                r["max_running"],
-                r["per_second"],
-                int(r["running"]),
-                sum(1 for t in json.loads(r["starts"]) if t > now - limits.RATE_WINDOW_S),
-            )
-            for r in rows
-        ]
-
     def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
         with self._cursor() as c:
             if not self._has("limits"):  # an older file, read-only: no claim order to replay

@@ -196,6 +196,17 @@ SELECT l.limit_key, l.max_running, l.per_second, l.starts,
   FROM limits l
  ORDER BY l.limit_key;
 
+-- name: limits
+-- Every limit with its running count and its starts in the last second
+-- (as on PostgreSQL; `limit_rooms` is the claim's read, with the start log).
+SELECT l.limit_key, l.max_running, l.per_second,
+       (SELECT count(*) FROM jobs r
+         WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
+           AND r.finished_at IS NULL) AS running,
+       (SELECT count(*) FROM json_each(l.starts) WHERE value > :now - 1.0) AS started_last_s
+  FROM limits l
+ ORDER BY l.limit_key;
+
 -- name: note_starts
 -- A key's start log after this claim (the caller trimmed it to the last second).
 UPDATE limits SET starts = :starts, updated_at = :now WHERE limit_key = :key;
