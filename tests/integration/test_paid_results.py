@@ -418,6 +418,7 @@ def test_a_secret_in_a_result_is_scrubbed_before_it_is_stored(cfg, project, tmp_
 
 
 def test_a_secrets_providers_failure_is_logged_by_type_without_its_text(project, caplog):
+    from nw.jobs.execution import credentials
     from nw.jobs.execution.body import Launch
     from nw.jobs.execution.worker import Worker
 
@@ -428,7 +429,7 @@ def test_a_secrets_providers_failure_is_logged_by_type_without_its_text(project,
     try:
         launch = Launch(fn=paid_results.echo, project=project)
         with caplog.at_level(logging.DEBUG, logger="nw.jobs"):
-            worker._with_secrets("pr.echo", {}, launch)
+            credentials.attach_secrets(worker._secrets, "pr.echo", {}, launch)
     finally:
         for rt in worker.runtimes:
             rt.close(wait=False)

@@ -20,7 +20,10 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nw.jobs.execution.body import Launch
 
 log = logging.getLogger("nw.jobs")
 
@@ -95,3 +98,24 @@ def around_body(
             stack.enter_context(inner)
         stack.enter_context(_using_fal((secrets or {}).get(FAL)))
         yield
+
+
+def attach_secrets(
+    provider: SecretsProvider, kind: str, params: Mapping[str, Any], launch: Launch
+) -> None:
+    """A worker's job's secrets from its provider, on the body's thread
+    (``Launch.setup``): a provider that takes its time holds up that job alone,
+    never the claim or the finishes it rides with. A provider that fails runs
+    the job without (``secrets_for``)."""
+    launch.secrets = secrets_for(provider, kind, params)
+    if launch.secrets.get(FAL):  # without one there is nothing to bind per job
+        launch.capture = around_body(None, launch.secrets)
+
+
+def under_secrets(
+    provider: SecretsProvider, kind: str, params: Mapping[str, Any]
+) -> AbstractContextManager[Any]:
+    """What a parked job's handlers run under: the secrets its body would have
+    (fal's key bound)."""
+    secrets = secrets_for(provider, kind, params)
+    return around_body(None, secrets) if secrets.get(FAL) else nullcontext()

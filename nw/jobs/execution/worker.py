@@ -32,18 +32,17 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 from nw.errors import InvalidSetting
 from nw.jobs.core import kinds, outcome
 from nw.jobs.core.model import DEFAULT_CONFIG, RUNNER_WORKER, JobsConfig
 from nw.jobs.core.records import JobRow, attempt_in_run
-from nw.jobs.execution import credentials, worker_cli
+from nw.jobs.execution import credentials, handback, worker_cli
 from nw.jobs.execution.body import Launch
-from nw.jobs.execution.credentials import SecretsProvider, env_secrets, secrets_for
+from nw.jobs.execution.credentials import SecretsProvider, env_secrets
 from nw.jobs.execution.journal import journal_dir
 from nw.jobs.execution.poller import parking_kinds
 from nw.jobs.execution.reaper import BeatReaping, Reaper, RunnersRead
@@ -125,7 +124,11 @@ class Worker:
             self.reapers.append(reaper)
             rt.on_beat = lambda read, reaper=reaper: self._beaten(reaper, read)
             if parking_kinds(self.kinds()):  # its parked jobs, and any dead worker's
-                rt.poll_parked(project, self.kinds, setup=self._under_secrets)
+                rt.poll_parked(
+                    project,
+                    self.kinds,
+                    setup=functools.partial(credentials.under_secrets, self._secrets),
+                )
             store.refill = Refill(
                 kinds=self.kinds,
                 runner_id=self.runner_id,
@@ -218,7 +221,8 @@ class Worker:
     def _after_beat(self, reaper: Reaper, read: RunnersRead | None) -> None:
         """On the reaping thread, after a beat that reached the store: put back
         what lost claims took, then reap."""
-        self._put_back_lost(self.runtimes[self.reapers.index(reaper)])
+        rt = self.runtimes[self.reapers.index(reaper)]
+        handback.put_back_lost(rt.store, self.runner_id, self.config)
         self._reap(reaper, read=read)
 
     def recover(self) -> list[str]:
@@ -301,29 +305,6 @@ class Worker:
             rt.rode(RunnersRead(runners, asked, time.monotonic(), now))
         return rows
 
-    def _put_back_lost(self, rt: Runtime) -> None:
-        """Jobs our claims took though they raised (``lost_claims``: the database
-        went away after a claim or a refill committed): never launched, so
-        they go back to the queue with their attempt given back (ended
-        cancelled if a cancel was asked meanwhile), instead of sitting running
-        until their heartbeat goes stale and being reaped as lost."""
-        try:
-            lost = rt.store.lost_claims()
-        except Exception:
-            log.exception("reading what lost claims took on %s failed", rt.store)
-            return
-        back = 0
-        for row in lost:
-            try:
-                cancelled = bool(row.record.get("cancel_requested"))
-                back += self._give_back(rt, row, cancelled=cancelled, how=outcome.Ended.UNSTARTED)
-            except Exception:  # its lease is kept: the next beat tries again
-                log.exception("job %s, taken by a lost claim: not put back", row.record["job_id"])
-        if lost:
-            log.warning(
-                "%d job(s) taken by claims whose answer was lost: %d put back", len(lost), back
-            )
-
     @contextlib.contextmanager
     def _reserving(self) -> Iterator[int]:
         """The free slots, reserved for a claim until its rows are launched."""
@@ -398,7 +379,9 @@ class Worker:
         launch = Launch(
             fn=fn,
             project=_project_of(rt, self),
-            setup=functools.partial(self._with_secrets, rec["kind"], rec.get("params") or {}),
+            setup=functools.partial(
+                credentials.attach_secrets, self._secrets, rec["kind"], rec.get("params") or {}
+            ),
             stopping=self.stopping,
             timeout_s=spec.timeout_s,
             cancel_on_timeout=spec.cancel_on_timeout,
@@ -410,21 +393,6 @@ class Worker:
         # (two lines per job cost a burst of short jobs 15% of its drain rate).
         log.debug("start %s %s attempt %s", rec["kind"], rec["job_id"][:12], attempt)
         rt.run_claimed(row, launch)
-
-    def _with_secrets(self, kind: str, params: Mapping[str, Any], launch: Launch) -> None:
-        """A job's secrets from the provider, on its body's thread (``Launch.setup``):
-        a provider that takes its time holds up that job alone, never the claim
-        or the finishes it rides with. A provider that fails runs the job without."""
-        launch.secrets = secrets_for(self._secrets, kind, params)
-        if launch.secrets.get(credentials.FAL):  # without one there is nothing to bind per job
-            launch.capture = credentials.around_body(None, launch.secrets)
-
-    def _under_secrets(self, kind: str, params: Mapping[str, Any]) -> AbstractContextManager[Any]:
-        """A parked job's handlers run under the secrets its body would (fal's key bound)."""
-        secrets = secrets_for(self._secrets, kind, params)
-        if secrets.get(credentials.FAL):
-            return credentials.around_body(None, secrets)
-        return nullcontext()
 
     def run(self) -> int:
         """Serve until ``stopping`` is set; returns the process exit code."""
@@ -466,7 +434,7 @@ class Worker:
             )
         leftover = 0
         for rt in self.runtimes:
-            self._put_back_lost(rt)
+            handback.put_back_lost(rt.store, self.runner_id, self.config)
             for job_id in rt.held_jobs():  # still running after the grace: put them back
                 leftover += self._put_back(rt, job_id)
             rt.close(wait=False)
@@ -493,25 +461,9 @@ class Worker:
         row = rt.store.get(job_id)
         if row is None or row.status.value != "running":
             return 0
-        return self._give_back(rt, row, cancelled=False, how=outcome.Ended.STOPPED)
-
-    def _give_back(self, rt: Runtime, row: JobRow, *, cancelled: bool, how: outcome.Ended) -> int:
-        """Requeue a running job of ours that no body of ours runs now, its
-        attempt not spent (``cancelled``: end it cancelled instead); ``how``:
-        stopped (its body outlived the grace period) or never started (a lost
-        claim took it). 1 if written; not ours any more (reaped and taken by
-        another): 0."""
-        if row.record.get("runner_id") != self.runner_id:
-            return 0
-        now = self.config.clock()
-        decided = outcome.decide(
-            outcome.Ending(how, now),
-            row.record,
-            outcome.RetryPolicy.of(row.record, self.config),
-            now=now,
-            cancel_requested=cancelled,
+        return handback.give_back(
+            rt.store, row, self.runner_id, self.config, cancelled=False, how=outcome.Ended.STOPPED
         )
-        return int(outcome.write(rt.store, row.record["job_id"], row.record["attempt"], decided))
 
     def close_unused(self) -> None:
         """A worker that will not run (nothing to claim): unregister and let go."""
