@@ -159,6 +159,26 @@ def test_a_failure_cancels_what_waits_below_it_unless_allowed(store):
     assert claim_all(store) == {ids["d"], ids["e"]}
 
 
+def test_a_failure_stops_a_diamond_below_it_once_and_releases_past_it(store):
+    """Two paths down to ``d``: it is stopped once, by the failed step, and
+    what may run past it is released by its end."""
+    shape = {
+        "a": [],
+        "b": [("a", False)],
+        "c": [("a", False)],
+        "d": [("b", False), ("c", False)],
+        "e": [("d", True)],
+    }
+    ids = linked(store, shape)
+    assert claim_all(store) == {ids["a"]}
+    assert end(store, store.get(ids["a"]), ComputationStatus.FAILED)
+    for name in ("b", "c", "d"):
+        row = store.get(ids[name])
+        assert row.status.value == "cancelled"
+        assert row.record["error"] == "cancelled: upstream step 'a' failed"
+    assert claim_all(store) == {ids["e"]}
+
+
 def test_a_cancelled_waiting_job_cancels_its_dependents(store):
     ids = linked(store, {"a": [], "b": [("a", False)], "c": [("b", False)]})
     store.request_cancel(ids["b"], now=time.time())
