@@ -186,47 +186,50 @@ class PostgresJobStore(PgParking, PgFinishes):
         admit: Callable[[list[int]], None] | None = None,
         also: Callable[[Any], None] | None = None,
     ) -> list[tuple[JobRow, bool]]:
-        """See ``JobStore.create_many``. One transaction: lock the batch's
-        existing rows, decide each as ``create`` does, run ``admit`` over the
-        rest, insert the new ones in one statement (and replace finished ones);
-        a row that appeared meanwhile (another batch, a lone create) makes the
-        whole transaction run again."""
+        """See ``JobStore.create_many``. One transaction. Without ``admit``, the
+        batch is inserted first, in one statement; only the jobs it skipped
+        (their id exists) are then locked and decided as ``create`` decides
+        (live: returned; finished: replaced). With ``admit``, the batch's
+        existing rows are locked first, ``admit`` runs over the rest, then the
+        new ones are inserted in one statement. A row that vanished, or
+        appeared after ``admit`` saw it absent, runs the whole transaction
+        again."""
         check_distinct(records)
         if not records:
             return []
         order = sorted(range(len(records)), key=lambda k: records[k]["job_id"])
-        base = self._params({"job_ids": [records[k]["job_id"] for k in order]})
+        base = self._params({})
 
         def op(conn: Conn, retried: bool) -> list[tuple[JobRow, bool]]:
             out: list[Any] = [None] * len(records)
+            found: dict[str, tuple[JobRow, bool]] = {}
+            replace: list[int] = []
             with conn.transaction():
-                if admit is not None:  # serialised with every admitted create of the project
+                if admit is None:
+                    new = order
+                    skipped = self._insert_batch(conn, records, claimable, new)
+                    if skipped:
+                        new = [k for k in order if records[k]["job_id"] not in skipped]
+                        have = [k for k in order if records[k]["job_id"] in skipped]
+                        found = self._lock_batch(conn, base, records, have)
+                        if len(found) != len(have):  # deleted meanwhile: from the top
+                            raise RetryNow("a job of the batch vanished during create_many")
+                        replace = self._decide(found, records, have, out, retried)
+                else:  # serialised with every admitted create of the project
                     conn.execute(Q["lock_project_creates"], base)
-                found = {}
-                for r in conn.execute(Q["lock_many"], base).fetchall():
-                    found[r["job_id"]] = (self._row(r), r["state"] in _LIVE)
-                new: list[int] = []
-                replace: list[int] = []
-                for k in order:
-                    got = found.get(records[k]["job_id"])
-                    if got is not None and got[1]:
-                        # A retry whose first try committed finds its own run: created.
-                        out[k] = (got[0], own_run(got[0], records[k], retried=retried))
-                    else:
-                        (new if got is None else replace).append(k)
-                if admit is not None:
+                    found = self._lock_batch(conn, base, records, order)
+                    rest = [k for k in order if records[k]["job_id"] not in found]
+                    replace = self._decide(found, records, order, out, retried)
                     self._tls.conn = conn
                     try:
-                        admit(sorted(new + replace))  # raises: rolled back, nothing written
+                        admit(sorted(rest + replace))  # raises: rolled back, nothing written
                     finally:
                         self._tls.conn = None
-                if new:
-                    batch = [self._batch_row(records[k], claimable[k], k) for k in new]
-                    args = {**base, "batch": _jsonb(batch), "channel": self.channel}
-                    if one_row(conn.execute(Q["create_many"], args))["inserted"] != len(new):
+                    new = rest
+                    if new and self._insert_batch(conn, records, claimable, new):
                         raise RetryNow("a job of the batch appeared during create_many")
-                    for k in new:
-                        out[k] = (JobRow(dict(records[k]), "pending"), True)
+                for k in new:
+                    out[k] = (JobRow(dict(records[k]), "pending"), True)
                 for k in replace:
                     params = self._params(self._record_args(records[k]))
                     params["queue_at"] = due_at(records[k]) if claimable[k] else None
@@ -236,6 +239,54 @@ class PostgresJobStore(PgParking, PgFinishes):
             return out
 
         return self._write("create_many", op)
+
+    def _insert_batch(
+        self,
+        conn: Conn,
+        records: Sequence[Mapping[str, Any]],
+        claimable: Sequence[bool],
+        ks: Sequence[int],
+    ) -> set[str]:
+        """Insert ``records[k]`` for each k of ``ks`` (one statement); the job
+        ids it skipped because they exist."""
+        batch = [self._batch_row(records[k], claimable[k], k) for k in ks]
+        args = self._params({"batch": _jsonb(batch), "channel": self.channel})
+        return set(one_row(conn.execute(Q["create_many"], args))["skipped"] or ())
+
+    def _lock_batch(
+        self,
+        conn: Conn,
+        base: Mapping[str, Any],
+        records: Sequence[Mapping[str, Any]],
+        ks: Sequence[int],
+    ) -> dict[str, tuple[JobRow, bool]]:
+        """The existing rows of ``records[k]`` (k in ``ks``), locked in job id
+        order: by job id, each with whether it is live."""
+        ids = {"job_ids": [records[k]["job_id"] for k in ks]}
+        rows = conn.execute(Q["lock_many"], {**base, **ids}).fetchall()
+        return {r["job_id"]: (self._row(r), r["state"] in _LIVE) for r in rows}
+
+    @staticmethod
+    def _decide(
+        found: Mapping[str, tuple[JobRow, bool]],
+        records: Sequence[Mapping[str, Any]],
+        ks: Sequence[int],
+        out: list[Any],
+        retried: bool,
+    ) -> list[int]:
+        """Each ``records[k]`` whose job exists, decided as ``create`` does: a
+        live one fills ``out[k]``; the finished ones are returned, to replace."""
+        replace: list[int] = []
+        for k in ks:
+            got = found.get(records[k]["job_id"])
+            if got is None:
+                continue
+            if got[1]:
+                # A retry whose first try committed finds its own run: created.
+                out[k] = (got[0], own_run(got[0], records[k], retried=retried))
+            else:
+                replace.append(k)
+        return replace
 
     @staticmethod
     def _batch_row(record: Mapping[str, Any], claimable: bool, n: int) -> dict[str, Any]:

@@ -289,41 +289,53 @@ SELECT {{job_columns}}, j.state
 -- The new jobs of a batch in one statement: the batch is one JSON array of
 -- rows (one parameter however many jobs), inserted in job id order. Each is
 -- queued (au pending) with its limit key, priority and due time as by
--- `create`; its `actor_seq` as `create` computes it, a batch's jobs of one
--- actor taking consecutive turns from that base in batch order (%(n)s), as
--- one create after another would. One NOTIFY for the batch when any of them
--- is claimable (queue_at set). Returns (inserted, notified) counts.
+-- `create`; its `actor_seq` as `create` computes it, read once per actor of
+-- the batch (not per row), a batch's jobs of one actor taking consecutive
+-- turns from that base in batch order (%(n)s), as one create after another
+-- would. A row whose job id exists is skipped (ON CONFLICT DO NOTHING), its
+-- turn left unused. One NOTIFY for the batch when any new job is claimable
+-- (queue_at set). Returns (inserted, notified) counts and `skipped`, the job
+-- ids not inserted (NULL when none was).
 WITH x AS (
   SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb)
     AS x(job_id text, created_at double precision, kind text, idempotency_key text,
          actor_id text, attempt integer, runner_id text, doc jsonb,
          queue_at double precision, limit_key text, priority integer, n integer)
-), turns AS (
-  SELECT x.*, greatest(
+), head AS (
+  SELECT coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
+                    WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
+                    ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1 AS seq
+), base AS (
+  SELECT w.actor, greatest(
            coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
                       WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
-                        AND coalesce(a.actor_id, '') = coalesce(x.actor_id, '')
+                        AND coalesce(a.actor_id, '') = w.actor
                       ORDER BY a.actor_seq DESC LIMIT 1), 0),
-           coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
-                      WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
-                      ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1)
-         + row_number() OVER (PARTITION BY coalesce(x.actor_id, '') ORDER BY x.n) AS actor_seq
-    FROM x
+           (SELECT seq FROM head)) AS seq
+    FROM (SELECT DISTINCT coalesce(actor_id, '') AS actor FROM x) w
 ), jb AS (
   INSERT INTO nw_jobs.jobs (project_id, job_id, created_at, kind, idempotency_key, actor_id,
                             attempt, cancel_requested, started_at, finished_at, heartbeat_at,
                             runner_id, doc, au_status, queue_at, limit_key, priority,
                             actor_seq)
-  SELECT %(project_id)s, job_id, created_at, kind, idempotency_key, actor_id, attempt, false,
-         NULL, NULL, NULL, runner_id, doc, 'pending', queue_at, limit_key, priority, actor_seq
-    FROM turns ORDER BY job_id
+  SELECT %(project_id)s, x.job_id, x.created_at, x.kind, x.idempotency_key, x.actor_id,
+         x.attempt, false, NULL, NULL, NULL, x.runner_id, x.doc, 'pending', x.queue_at,
+         x.limit_key, x.priority,
+         b.seq + row_number() OVER (PARTITION BY b.actor ORDER BY x.n)
+    FROM x JOIN base b ON b.actor = coalesce(x.actor_id, '')
+   ORDER BY x.job_id
   ON CONFLICT (project_id, job_id) DO NOTHING
-  RETURNING job_id, created_at, attempt, queue_at
+  RETURNING job_id, queue_at
+), counts AS (
+  SELECT count(*) AS inserted, count(queue_at) AS claimable FROM jb
 )
-SELECT (SELECT count(*) FROM jb) AS inserted,
-       (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '')
-                               WHERE EXISTS (SELECT 1 FROM jb WHERE queue_at IS NOT NULL)) n)
-         AS notified;
+SELECT c.inserted,
+       (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '') WHERE c.claimable > 0) n)
+         AS notified,
+       CASE WHEN c.inserted < (SELECT count(*) FROM x)
+            THEN (SELECT array_agg(x.job_id ORDER BY x.job_id) FROM x
+                   WHERE x.job_id NOT IN (SELECT job_id FROM jb)) END AS skipped
+  FROM counts c;
 
 -- name: start
 -- queued -> running for the process holding the callable: bumps the attempt
