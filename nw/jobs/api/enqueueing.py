@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -49,6 +49,19 @@ def _label(kind: str, params: Mapping[str, Any]) -> str:
     return derived_label(str(title)) if title else kind
 
 
+@dataclass
+class _Memo:
+    """What is the same for many items of one batch, worked out once for it:
+    a kind's body and registration, a kind's retry policy, the prediction of
+    an ETA plan (the learned durations are read once per batch), the caller's
+    trace headers."""
+
+    kinds: dict[str, tuple[Callable | None, kinds.KindSpec | None]] = field(default_factory=dict)
+    policies: dict[tuple[str, bool], outcome.RetryPolicy] = field(default_factory=dict)
+    predictions: dict[eta.EtaPlan, dict[str, Any]] = field(default_factory=dict)
+    traced: dict[str, str] | None = None
+
+
 @dataclass(frozen=True)
 class _Item:
     """One enqueue request, validated and quoted; nothing written yet."""
@@ -81,11 +94,15 @@ def _prepare(
     not_before: Any = None,
     limit_key: Any = None,
     config: JobsConfig,
+    memo: _Memo | None = None,
 ) -> _Item:
-    """Everything ``enqueue`` checks before it touches a store (see its raises)."""
+    """Everything ``enqueue`` checks before it touches a store (see its raises).
+    ``memo``: a batch's kinds, each looked up once."""
     if not isinstance(kind, str) or not kind:
         raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
-    check_name(kind, "kind")
+    known_kind = memo.kinds.get(kind) if memo is not None else None
+    if known_kind is None:
+        check_name(kind, "kind")
     label = check_label(label)
     who = check_actor(actor)
     priority = check_priority(priority)
@@ -93,11 +110,11 @@ def _prepare(
     params = ids.check_json_params(costing.with_plan_dict(params))
     check_params(params)
     units = ids.check_units(params)
-    fn = dispatch.get(kind) if dispatch else None
-    spec = kinds.kind_spec(kind)
-    if fn is None and spec is None:
-        known = sorted(set(dispatch or ()) | set(kinds.registered_kinds()))
-        raise UnknownKind(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
+    if known_kind is None:
+        known_kind = _kind_of(kind, dispatch)
+        if memo is not None:
+            memo.kinds[kind] = known_kind
+    fn, spec = known_kind
     key = (
         limits.check_key(limit_key)
         if limit_key is not None
@@ -117,18 +134,42 @@ def _prepare(
     )
 
 
+def _kind_of(
+    kind: str, dispatch: Mapping[str, Callable] | None
+) -> tuple[Callable | None, kinds.KindSpec | None]:
+    """(the kind's ``dispatch`` body, its registration); ``UnknownKind`` when
+    it has neither."""
+    fn = dispatch.get(kind) if dispatch else None
+    spec = kinds.kind_spec(kind)
+    if fn is None and spec is None:
+        known = sorted(set(dispatch or ()) | set(kinds.registered_kinds()))
+        raise UnknownKind(f"unknown kind {kind!r}; known kinds: {', '.join(known) or 'none'}")
+    return fn, spec
+
+
 def _new_record(
     item: _Item,
     plan: eta.EtaPlan,
     samples: Mapping[str, list[float]],
     rt: Runtime | None,
     config: JobsConfig,
+    memo: _Memo | None = None,
 ) -> dict[str, Any]:
-    """The queued record of a prepared item, with its ETA prediction."""
+    """The queued record of a prepared item, with its ETA prediction.
+    ``memo``: a batch's policies, predictions and trace, each worked out once
+    (``samples`` are the batch's, read once before)."""
     fn = item.fn
+    if memo is None:
+        memo = _Memo(traced=tracing.carrier())  # the enqueue's span: each attempt's is its child
     # Retries are the worker tier's: a requeued job is claimed by a worker, and
     # an in-process body's callable lives only in the process that enqueued it.
-    policy = outcome.RetryPolicy.resolve(item.spec if fn is None else None, config)
+    policy = memo.policies.get((item.kind, fn is None))
+    if policy is None:
+        policy = outcome.RetryPolicy.resolve(item.spec if fn is None else None, config)
+        memo.policies[(item.kind, fn is None)] = policy
+    prediction = memo.predictions.get(plan)
+    if prediction is None:
+        prediction = memo.predictions[plan] = eta.prediction_fields(plan, samples, config)
     record = new_record(
         job_id=item.job_id,
         kind=item.kind,
@@ -137,7 +178,7 @@ def _new_record(
         params=item.params,
         now=config.clock(),
         plan=plan,
-        prediction=eta.prediction_fields(plan, samples, config),
+        prediction=prediction,
         estimated_usd=item.quote.estimated_usd,
         runner=RUNNER_INPROC if fn is not None else RUNNER_WORKER,
         max_attempts=policy.max_attempts,
@@ -146,9 +187,8 @@ def _new_record(
         runner_id=rt.runner_id if rt is not None and fn is not None else None,  # its owner
     )
     record.update(limit_key=item.limit_key, priority=item.priority, not_before=item.due)
-    traced = tracing.carrier()  # the enqueue's span: each attempt's span is its child
-    if traced is not None:
-        record["trace"] = traced
+    if memo.traced is not None:
+        record["trace"] = dict(memo.traced)
     return record
 
 
@@ -400,9 +440,11 @@ def enqueue_many(
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
         raise InvalidType(f"items must be an iterable of items, not {type(items).__name__}")
     prepared: list[_Item] = []
+    memo = _Memo(traced=tracing.carrier())  # the batch's span: each attempt's is its child
     for n, raw in enumerate(items):
         try:
-            prepared.append(_prepare(proj, **_item_fields(raw), dispatch=dispatch, config=config))
+            fields = _item_fields(raw)
+            prepared.append(_prepare(proj, **fields, dispatch=dispatch, config=config, memo=memo))
         except Exception as exc:
             raise _about(exc, f"item {n}") from None
     first: dict[str, int] = {}  # job id -> its first item; later ones are duplicates
@@ -444,7 +486,7 @@ def enqueue_many(
     keys = list(dict.fromkeys(key for plan in plans for key in eta.sample_keys(plan)))
     samples = store.samples(keys, window=config.sample_window_k) if keys else {}
     records = [
-        _new_record(prepared[n], plan, samples, rt, config)
+        _new_record(prepared[n], plan, samples, rt, config, memo)
         for n, plan in zip(unique, plans, strict=True)
     ]
     claimable = [prepared[n].fn is None for n in unique]
