@@ -107,6 +107,7 @@ DECLARED: tuple[Column, ...] = (
 
 #: The record fields every backend keeps as real columns (filtered, ordered, fenced).
 COLUMNS: tuple[str, ...] = tuple(c.name for c in DECLARED if c.in_record)
+_IN_COLUMNS = frozenset(COLUMNS)
 #: The record columns a patch sets by the patch statement's flags.
 PATCHED_BY_FLAG: tuple[str, ...] = tuple(c.name for c in DECLARED if c.patch == "flag")
 
@@ -121,7 +122,7 @@ def row_values(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     """(every column's value, derived ones included; the doc fields) of a whole
     record: what ``create``, ``create_many`` and ``put_record`` write."""
     cols = {c.name: c.value(record) for c in DECLARED}
-    doc = {k: v for k, v in record.items() if k not in COLUMNS}
+    doc = {k: v for k, v in record.items() if k not in _IN_COLUMNS}
     return cols, doc
 
 

@@ -61,7 +61,6 @@ from nw.jobs.stores.base import (
     own_run,
     rollup_rows,
 )
-from nw.jobs.stores.columns import row_values
 from nw.jobs.stores.pg_base import (
     _LIVE,
     CHANGES_PREFIX,
@@ -70,6 +69,7 @@ from nw.jobs.stores.pg_base import (
     channel_for,
     close_pools,
 )
+from nw.jobs.stores.pg_batch import batch_rows
 from nw.jobs.stores.pg_database import Conn, RetryNow, one, one_row
 from nw.jobs.stores.pg_finishes import PgFinishes
 from nw.jobs.stores.pg_listen import PgWakeListener
@@ -249,8 +249,9 @@ class PostgresJobStore(PgParking, PgFinishes):
     ) -> set[str]:
         """Insert ``records[k]`` for each k of ``ks`` (one statement); the job
         ids it skipped because they exist."""
-        batch = [self._batch_row(records[k], claimable[k], k) for k in ks]
-        args = self._params({"batch": _jsonb(batch), "channel": self.channel})
+        batch, shared = batch_rows(records, claimable, ks)
+        args = self._params({"batch": _jsonb(batch), "shared": _jsonb(shared)})
+        args["channel"] = self.channel
         return set(one_row(conn.execute(Q["create_many"], args))["skipped"] or ())
 
     def _lock_batch(
@@ -287,13 +288,6 @@ class PostgresJobStore(PgParking, PgFinishes):
             else:
                 replace.append(k)
         return replace
-
-    @staticmethod
-    def _batch_row(record: Mapping[str, Any], claimable: bool, n: int) -> dict[str, Any]:
-        """A new record as a row of ``create_many``'s batch (not started, not
-        cancelled); ``n``, its place in the batch, orders its actor's turns."""
-        cols, doc = row_values(record)
-        return {**cols, "doc": doc, "queue_at": due_at(record) if claimable else None, "n": n}
 
     def samples(self, keys: Sequence[str], *, window: int) -> dict[str, list[float]]:
         if not keys:

@@ -287,7 +287,9 @@ SELECT {{job_columns}}, j.state
 
 -- name: create_many
 -- The new jobs of a batch in one statement: the batch is one JSON array of
--- rows (one parameter however many jobs), inserted in job id order. Each is
+-- rows (one parameter however many jobs), inserted in job id order; a row's
+-- document is the fields the batch shares (%(shared)s, sent once: pg_batch.py)
+-- and its own. Each is
 -- queued (au pending) with its limit key, priority and due time as by
 -- `create`; its `actor_seq` as `create` computes it, read once per actor of
 -- the batch (not per row), a batch's jobs of one actor taking consecutive
@@ -319,7 +321,8 @@ WITH x AS (
                             runner_id, doc, au_status, queue_at, limit_key, priority,
                             actor_seq)
   SELECT %(project_id)s, x.job_id, x.created_at, x.kind, x.idempotency_key, x.actor_id,
-         x.attempt, false, NULL, NULL, NULL, x.runner_id, x.doc, 'pending', x.queue_at,
+         x.attempt, false, NULL, NULL, NULL, x.runner_id, %(shared)s::jsonb || x.doc,
+         'pending', x.queue_at,
          x.limit_key, x.priority,
          b.seq + row_number() OVER (PARTITION BY b.actor ORDER BY x.n)
     FROM x JOIN base b ON b.actor = coalesce(x.actor_id, '')
