@@ -83,6 +83,39 @@ def test_dedup_within_the_batch_and_against_live_jobs(project, cfg):
     assert ids_in_store(project, cfg) == {live.job_id, got[1].job_id, got[3].job_id}
 
 
+def test_each_job_of_a_batch_reads_back_as_it_was_returned(project, cfg):
+    # Most of a batch's documents are alike (PostgreSQL sends those fields once):
+    # a field some items share and others do not reads back item by item.
+    items = [
+        {"kind": "t.noop", "params": {"i": i}, "label": "same" if i % 3 else f"own {i}"}
+        for i in range(7)
+    ]
+    items += [
+        {"kind": "t.paid", "params": {"i": 7, "model": "m", "operation": "render"}},
+        {"kind": "t.noop", "params": {"i": 8}, "actor": "ana", "priority": 2},
+    ]
+    got = jobs.enqueue_many(project, items, config=cfg)
+    assert [j.label for j in got][:7] == ["own 0", "same", "same", "own 3", "same", "same", "own 6"]
+
+    def seen(job):
+        return (
+            job.label,
+            job.params,
+            job.actor,
+            job.priority,
+            job.max_attempts,
+            job.run_id,
+            job.idempotency_key,
+            job.predicted_total_s,
+            job.confidence,
+            job.cost,
+        )
+
+    for job in got:
+        assert seen(jobs.get_job(project, job.job_id, config=cfg)) == seen(job)
+    assert got[7].max_attempts == 3 and got[0].max_attempts == 1
+
+
 @pytest.mark.parametrize(
     ("bad", "error", "message"),
     [
