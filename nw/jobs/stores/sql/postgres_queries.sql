@@ -307,7 +307,7 @@ WITH x AS (
   SELECT coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
                     WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
                     ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1 AS seq
-), base AS (
+), base AS MATERIALIZED (
   SELECT w.actor, greatest(
            coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
                       WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
