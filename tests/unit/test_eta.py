@@ -363,6 +363,27 @@ def test_progress_curve_reads_the_most_specific_key_with_enough_runs():
     assert eta.progress_key("video", 5) not in eta.progress_keys(plan)
 
 
+def test_a_prediction_with_nothing_learned_does_not_import_numpy():
+    # numpy takes ~0.2 s to import: the first enqueue of a process paid it for
+    # a plan with no learned runs, which numpy has nothing to compute for
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from nw.jobs.core import eta\n"
+        "from nw.jobs.core.model import JobsConfig\n"
+        "cfg = JobsConfig()\n"
+        "plan = eta.eta_plan({'model': 'm', 'operation': 'o'}, None, cfg)\n"
+        "few = {eta.progress_key('m|o', 5): [0.5], 'm|o': [3.0]}\n"
+        "eta.prediction_fields(plan, few, cfg)\n"
+        "eta.prediction_fields(eta.eta_plan({'i': 1}, None, cfg), {}, cfg)\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_an_exact_guess_that_missed_falls_back_to_the_prior():
     rec = _rec(p50=0.5, p90=0.5, confidence="exact", output_kind="video")
     assert _running(rec, 0.4).confidence == "exact"

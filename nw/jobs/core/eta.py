@@ -146,8 +146,8 @@ def predict_total_s(
         return Prediction(floor, floor, "exact", None)
     scale = float(units or 1)
     for key in eta_candidates:
-        samples = _clean(durations.get(key) or (), config.sample_window_k)
-        if len(samples) < config.n_min:
+        samples = _learned(durations.get(key), config)
+        if samples is None:
             continue
         p50, p90 = sample_percentiles(samples, config)
         if key == output_kind:
@@ -156,6 +156,17 @@ def predict_total_s(
     prior = config.prior_total_s.get(output_kind or "", config.default_prior_total_s)
     p50 = prior * scale
     return Prediction(p50, p50 * config.overrun_factor, "prior", None)
+
+
+def _learned(samples: Sequence[float] | None, config: JobsConfig) -> np.ndarray | None:
+    """A key's usable samples (``_clean``) when there are at least ``n_min``,
+    else None. Cleaning only drops values, so too few are not cleaned: a key
+    with nothing learned does not import numpy (0.2 s, which the first
+    enqueue of a process paid for a kind never run)."""
+    if samples is None or len(samples) < config.n_min:
+        return None
+    values = _clean(samples, config.sample_window_k)
+    return values if len(values) >= config.n_min else None
 
 
 def _clean(samples: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
@@ -265,14 +276,14 @@ def progress_curve(
     median ratio rho = (share of the total time elapsed) / (reported fraction)
     and the log-sd of rho across runs. None when nothing is learned yet.
     """
-    import numpy as np
-
     for key in specific_keys(plan):
         bins: dict[str, list[float]] = {}
         for b in range(PROGRESS_BINS + 1):
-            values = _clean(samples.get(progress_key(key, b)) or (), config.sample_window_k)
-            if len(values) < config.n_min:
+            values = _learned(samples.get(progress_key(key, b)), config)
+            if values is None:
                 continue
+            import numpy as np
+
             y = np.log(values)
             mid = float(np.median(y))
             spread = 1.4826 * float(np.median(np.abs(y - mid)))
