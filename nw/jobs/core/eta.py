@@ -87,6 +87,8 @@ def infer_output_kind(params: Mapping[str, Any]) -> str | None:
     text = " ".join(
         str(params.get(k) or "") for k in ("operation", "tool", "model", "application")
     ).lower()
+    if text.isspace():  # none of them: no hint to find (most of a batch of plain jobs)
+        return None
     for kind, hints in _KIND_HINTS.items():
         if any(h in text for h in hints):
             return kind
