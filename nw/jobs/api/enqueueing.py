@@ -81,7 +81,7 @@ class _Item:
     limit_key: str | None
 
 
-def _prepare(
+def prepare_item(
     proj: Project,
     kind: Any,
     params: Any,
@@ -96,7 +96,8 @@ def _prepare(
     config: JobsConfig,
     memo: _Memo | None = None,
 ) -> _Item:
-    """Everything ``enqueue`` checks before it touches a store (see its raises).
+    """Everything ``enqueue`` checks before it touches a store (see its raises);
+    a pipeline's steps are prepared so too (nw/jobs/api/pipelines.py).
     ``memo``: a batch's kinds, each looked up once."""
     if not isinstance(kind, str) or not kind:
         raise UnknownKind(f"kind must be a non-empty string, got {kind!r}")
@@ -147,7 +148,7 @@ def _kind_of(
     return fn, spec
 
 
-def _new_record(
+def record_of(
     item: _Item,
     plan: eta.EtaPlan,
     samples: Mapping[str, list[float]],
@@ -155,8 +156,8 @@ def _new_record(
     config: JobsConfig,
     memo: _Memo | None = None,
 ) -> dict[str, Any]:
-    """The queued record of a prepared item, with its ETA prediction.
-    ``memo``: a batch's policies, predictions and trace, each worked out once
+    """The queued record of a prepared item (a pipeline's step too), with its
+    ETA prediction. ``memo``: a batch's policies, predictions and trace, each worked out once
     (``samples`` are the batch's, read once before)."""
     fn = item.fn
     if memo is None:
@@ -252,7 +253,7 @@ def enqueue(
     if backend is not None:
         raise NotImplementedError("a custom backend is not supported; use JobsConfig")
     proj = as_project(project)
-    item = _prepare(
+    item = prepare_item(
         proj,
         kind,
         params,
@@ -286,7 +287,7 @@ def enqueue(
     store = rt.store if rt is not None else shared_store(proj, config, create=True)
     plan = eta.eta_plan(item.params, item.units, config)
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
-    record = _new_record(item, plan, samples, rt, config)
+    record = record_of(item, plan, samples, rt, config)
     admit: Callable[[], None] | None = None
     if config.budget_usd is not None or (config.actor_budget_usd is not None and who):
 
@@ -444,7 +445,8 @@ def enqueue_many(
     for n, raw in enumerate(items):
         try:
             fields = _item_fields(raw)
-            prepared.append(_prepare(proj, **fields, dispatch=dispatch, config=config, memo=memo))
+            item = prepare_item(proj, **fields, dispatch=dispatch, config=config, memo=memo)
+            prepared.append(item)
         except Exception as exc:
             raise _about(exc, f"item {n}") from None
     first: dict[str, int] = {}  # job id -> its first item; later ones are duplicates
@@ -486,7 +488,7 @@ def enqueue_many(
     keys = list(dict.fromkeys(key for plan in plans for key in eta.sample_keys(plan)))
     samples = store.samples(keys, window=config.sample_window_k) if keys else {}
     records = [
-        _new_record(prepared[n], plan, samples, rt, config, memo)
+        record_of(prepared[n], plan, samples, rt, config, memo)
         for n, plan in zip(unique, plans, strict=True)
     ]
     claimable = [prepared[n].fn is None for n in unique]
@@ -553,9 +555,3 @@ def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: J
     as the outcome policy decides (``outcome.end_unlaunched``)."""
     message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
     outcome.end_unlaunched(store, row, message, config).result()
-
-
-# A pipeline's steps are prepared and recorded as ``enqueue``'s items are
-# (nw/jobs/api/pipelines.py): the same checks, quote, id and record.
-prepare_item = _prepare
-record_of = _new_record
