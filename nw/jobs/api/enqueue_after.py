@@ -9,8 +9,9 @@ from typing import Any
 
 from nw.errors import InvalidType, InvalidValue
 from nw.jobs.api import budgets, costing
-from nw.jobs.api.enqueueing import hold_step, record_of
+from nw.jobs.api.enqueueing import record_of
 from nw.jobs.api.handles import writer
+from nw.jobs.api.launching import hold_step
 from nw.jobs.core import eta
 from nw.jobs.core.checks import could_name_a_job
 from nw.jobs.core.model import Job, JobsConfig

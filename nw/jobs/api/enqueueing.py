@@ -12,7 +12,7 @@ from typing import Any
 from au.base import ComputationBackend
 
 from nw.errors import InvalidType, InvalidValue, UnknownKind
-from nw.jobs.api import budgets, costing, tracing
+from nw.jobs.api import budgets, costing, launching, tracing
 from nw.jobs.api.costing import quote_for
 from nw.jobs.api.handles import ProjectLike, writer
 from nw.jobs.api.reads import worker_seen
@@ -26,17 +26,16 @@ from nw.jobs.core.checks import (
     check_params,
     check_priority,
     derived_label,
+    named,
 )
 from nw.jobs.core.model import (
-    ACTIVE_STATUSES,
     DEFAULT_CONFIG,
     RUNNER_INPROC,
     RUNNER_WORKER,
     Job,
     JobsConfig,
 )
-from nw.jobs.core.records import JobRow, new_record, to_job
-from nw.jobs.execution import credentials, recovery
+from nw.jobs.core.records import new_record, to_job
 from nw.jobs.execution.body import Launch
 from nw.jobs.execution.runtime import Runtime
 from nw.jobs.stores import shared_store
@@ -272,7 +271,9 @@ def enqueue(
         launch = None
         if item.fn is not None:  # the hook and the fal key are read on the caller's thread
             capture = capture_context() if capture_context is not None else None
-            launch = body_launch(proj, item.fn, on_event=on_event, secrets=secrets, capture=capture)
+            launch = launching.body_launch(
+                proj, item.fn, on_event=on_event, secrets=secrets, capture=capture
+            )
         return enqueue_after(
             proj, item, check_after(after), launch=launch, approved=approved, config=config
         )
@@ -302,63 +303,22 @@ def enqueue(
     # Called before anything is written: a hook that fails leaves no job behind.
     capture = capture_context() if (capture_context is not None and fn is not None) else None
     launch = (
-        body_launch(proj, fn, on_event=on_event, secrets=secrets, capture=capture)
+        launching.body_launch(proj, fn, on_event=on_event, secrets=secrets, capture=capture)
         if fn is not None
         else None
     )
     row, created = store.create(record, claimable=fn is None, admit=admit)
-    if not created and _dead_duplicate(store, row, rt, config):
+    if not created and launching.dead_duplicate(store, row, rt, config):
         row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
         assert launch is not None  # a runtime is taken only for a body
         try:
             rt.submit(job_id, launch, priority=item.priority, not_before=item.due)
         except BaseException as exc:  # e.g. the runtime is shutting down
-            _fail_unlaunched(store, row, exc, config)
+            launching.fail_unlaunched(store, row, exc, config)
             raise
     worker = None if created else worker_seen(store, row)
     return to_job(row, config.clock(), config, worker)
-
-
-def hold_step(
-    store: JobStore, rt: Runtime, row: JobRow, launch: Launch, priority: int, config: JobsConfig
-) -> None:
-    """A new in-process step held by this process until its upstreams release
-    it (a step that waits on none goes to the pool at once); a runtime that
-    cannot take it ends it through the outcome policy (``unlaunched``)."""
-    rec = row.record
-    try:
-        if rec.get("after"):
-            rt.submit_after(rec["job_id"], launch, priority=priority)
-        else:
-            rt.submit(rec["job_id"], launch, priority=priority, not_before=rec.get("not_before"))
-    except BaseException as exc:  # e.g. the runtime is shutting down
-        _fail_unlaunched(store, row, exc, config)
-        raise
-
-
-def body_launch(
-    proj: Project,
-    fn: Callable,
-    *,
-    on_event: Callable[[Any], None] | None = None,
-    secrets: Mapping[str, str] | None = None,
-    capture: AbstractContextManager[Any] | None = None,
-) -> Launch:
-    """What this process keeps for a body it will run: called on the caller's
-    thread, which reads the caller's fal key (the body's pool thread cannot see
-    it), bound around the body and redacted like any secret."""
-    ambient = credentials.ambient_fal_key()
-    held = dict(secrets or {})
-    if ambient and credentials.FAL not in held:
-        held[credentials.FAL] = ambient
-    return Launch(
-        fn=fn,
-        project=proj,
-        on_event=on_event,
-        capture=credentials.around_body(ambient, secrets, capture),
-        secrets=held,
-    )
 
 
 _ITEM_FIELDS = (
@@ -402,13 +362,6 @@ def _item_fields(item: Any) -> dict[str, Any]:
     )
 
 
-def _about(exc: BaseException, name: str) -> BaseException:
-    """``exc`` (same type, same attributes) with its message naming the item."""
-    first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-    exc.args = (f"{name}: {first}", *exc.args[1:])
-    return exc
-
-
 @tracing.traced("nw.jobs.enqueue_many")
 def enqueue_many(
     project: ProjectLike,
@@ -448,7 +401,7 @@ def enqueue_many(
             item = prepare_item(proj, **fields, dispatch=dispatch, config=config, memo=memo)
             prepared.append(item)
         except Exception as exc:
-            raise _about(exc, f"item {n}") from None
+            raise named(exc, f"item {n}") from None
     first: dict[str, int] = {}  # job id -> its first item; later ones are duplicates
     for n, item in enumerate(prepared):
         first.setdefault(item.job_id, n)
@@ -477,7 +430,7 @@ def enqueue_many(
             [
                 k
                 for k, n in enumerate(unique)
-                if existing is None or not _is_live(existing.get(prepared[n].job_id))
+                if existing is None or not launching.is_live(existing.get(prepared[n].job_id))
             ],
             existing,
         )
@@ -514,7 +467,7 @@ def enqueue_many(
     again = [
         k
         for k, (row, made) in enumerate(results)
-        if not made and _dead_duplicate(store, row, rt, config)
+        if not made and launching.dead_duplicate(store, row, rt, config)
     ]
     if again:
         # admit's positions are the batch's: map the redo's back to them
@@ -531,27 +484,8 @@ def enqueue_many(
             try:
                 rt.submit(item.job_id, launch, priority=item.priority, not_before=item.due)
             except BaseException as exc:  # e.g. the runtime is shutting down
-                _fail_unlaunched(store, row, exc, config)
+                launching.fail_unlaunched(store, row, exc, config)
                 raise
     now = config.clock()
     jobs = {unique[k]: to_job(row, now, config) for k, (row, _) in enumerate(results)}
     return [jobs[first[item.job_id]] for item in prepared]
-
-
-def _is_live(row: JobRow | None) -> bool:
-    return row is not None and row.status in ACTIVE_STATUSES
-
-
-def _dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> bool:
-    """A resubmit found a live job: is it really alive? A job whose worker died
-    is closed now (the same rule as on read), so the resubmit runs again."""
-    holds = rt.holds if rt is not None else (lambda _id: False)
-    fresh = recovery.maybe_reap(store, row, config.clock(), config, holds)
-    return fresh.status not in ACTIVE_STATUSES
-
-
-def _fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: JobsConfig) -> None:
-    """An in-process job whose body could not be handed to the runtime: ended
-    as the outcome policy decides (``outcome.end_unlaunched``)."""
-    message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
-    outcome.end_unlaunched(store, row, message, config).result()

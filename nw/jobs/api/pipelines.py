@@ -19,11 +19,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nw.jobs.api import budgets, costing
-from nw.jobs.api.enqueueing import body_launch, hold_step, prepare_item, record_of
+from nw.jobs.api.enqueueing import prepare_item, record_of
 from nw.jobs.api.handles import ProjectLike, reader, writer
+from nw.jobs.api.launching import body_launch, hold_step
 from nw.jobs.api.reads import queue_waits, reap_rows
 from nw.jobs.core import eta
-from nw.jobs.core.checks import check_actor, check_label, could_name_a_job
+from nw.jobs.core.checks import check_actor, check_label, could_name_a_job, named
 from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
 from nw.jobs.core.pipelines import (
     AFTER_FIELD,
@@ -47,12 +48,6 @@ from nw.jobs.stores.pipelines import Links, pipelines_of
 from nw.project import Project, as_project
 
 _ENDED = ("succeeded", "failed", "cancelled")
-
-
-def _about(exc: BaseException, name: str) -> BaseException:
-    first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-    exc.args = (f"{name}: {first}", *exc.args[1:])
-    return exc
 
 
 class _Plan:
@@ -91,7 +86,7 @@ class _Plan:
                     config=config,
                 )
             except Exception as exc:
-                raise _about(exc, f"step {name!r}") from None
+                raise named(exc, f"step {name!r}") from None
         self.job_ids = {name: item.job_id for name, item in self.items.items()}
         self.quotes = [self.items[name].quote for name in self.order]
         known = [q.estimated_usd for q in self.quotes if q.estimated_usd is not None]

@@ -181,3 +181,11 @@ def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidValue(f"limit must be an int from 1 to 10000, got {limit!r}")
     return limit
+
+
+def named(exc: BaseException, name: str) -> BaseException:
+    """``exc`` (same type, same attributes) with its message naming the item or
+    step of a batch it is about (``item 3: ...``, ``step 'cut': ...``)."""
+    first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    exc.args = (f"{name}: {first}", *exc.args[1:])
+    return exc

@@ -1,0 +1,80 @@
+"""What this process keeps for the in-process bodies it enqueues (``dispatch=``):
+their ``Launch`` (made on the caller's thread, with its fal key), the hand-over
+to this process's runtime (at once, on a delay, or held until a pipeline step's
+upstreams release it), and the ends of what cannot be handed over: a body the
+runtime cannot take, a live duplicate whose process is gone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+from nw.jobs.core import outcome
+from nw.jobs.core.model import ACTIVE_STATUSES, JobsConfig
+from nw.jobs.core.records import JobRow
+from nw.jobs.execution import credentials, recovery
+from nw.jobs.execution.body import Launch
+from nw.jobs.execution.runtime import Runtime
+from nw.jobs.stores.base import JobStore
+from nw.project import Project
+
+
+def hold_step(
+    store: JobStore, rt: Runtime, row: JobRow, launch: Launch, priority: int, config: JobsConfig
+) -> None:
+    """A new in-process step held by this process until its upstreams release
+    it (a step that waits on none goes to the pool at once); a runtime that
+    cannot take it ends it through the outcome policy (``unlaunched``)."""
+    rec = row.record
+    try:
+        if rec.get("after"):
+            rt.submit_after(rec["job_id"], launch, priority=priority)
+        else:
+            rt.submit(rec["job_id"], launch, priority=priority, not_before=rec.get("not_before"))
+    except BaseException as exc:  # e.g. the runtime is shutting down
+        fail_unlaunched(store, row, exc, config)
+        raise
+
+
+def body_launch(
+    proj: Project,
+    fn: Callable,
+    *,
+    on_event: Callable[[Any], None] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    capture: AbstractContextManager[Any] | None = None,
+) -> Launch:
+    """What this process keeps for a body it will run: called on the caller's
+    thread, which reads the caller's fal key (the body's pool thread cannot see
+    it), bound around the body and redacted like any secret."""
+    ambient = credentials.ambient_fal_key()
+    held = dict(secrets or {})
+    if ambient and credentials.FAL not in held:
+        held[credentials.FAL] = ambient
+    return Launch(
+        fn=fn,
+        project=proj,
+        on_event=on_event,
+        capture=credentials.around_body(ambient, secrets, capture),
+        secrets=held,
+    )
+
+
+def is_live(row: JobRow | None) -> bool:
+    return row is not None and row.status in ACTIVE_STATUSES
+
+
+def dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: JobsConfig) -> bool:
+    """A resubmit found a live job: is it really alive? A job whose worker died
+    is closed now (the same rule as on read), so the resubmit runs again."""
+    holds = rt.holds if rt is not None else (lambda _id: False)
+    fresh = recovery.maybe_reap(store, row, config.clock(), config, holds)
+    return fresh.status not in ACTIVE_STATUSES
+
+
+def fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: JobsConfig) -> None:
+    """An in-process job whose body could not be handed to the runtime: ended
+    as the outcome policy decides (``outcome.end_unlaunched``)."""
+    message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
+    outcome.end_unlaunched(store, row, message, config).result()
