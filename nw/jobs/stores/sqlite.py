@@ -25,6 +25,7 @@ from au import ComputationStatus
 
 from nw.jobs.core.model import ACTIVE_STATUSES
 from nw.jobs.core.records import JobRow
+from nw.jobs.core.status import CANCELLED_BEFORE_START
 from nw.jobs.core.storable import storable, storable_fields
 from nw.jobs.stores import pipelines_sqlite
 from nw.jobs.stores.base import (
@@ -195,11 +196,7 @@ class SqliteJobStore(SqliteParking, SqliteClaims):
                 return row
             fields: dict[str, Any] = {"cancel_requested": True}
             if state == "queued":
-                fields |= {
-                    "finished_at": now,
-                    "error": "cancelled before start",
-                    "error_kind": "cancelled",
-                }
+                fields |= {"finished_at": now, **CANCELLED_BEFORE_START}
             doc = self._fence(c, job_id, None)
             assert doc is not None  # the row read above, in this transaction
             self._patch(c, job_id, fields, doc, transition=("cancel", {}))
