@@ -89,3 +89,32 @@ def test_every_postgres_statement_fits_psycopgs_parse_cache():
         if len(sql) > MAX_STATEMENT_CHARS
     }
     assert not long, f"over {MAX_STATEMENT_CHARS} characters: {long}"
+
+
+def _fragment(filename: str, name: str) -> str:
+    from importlib import resources
+
+    text = resources.files("nw.jobs.stores.sql").joinpath(filename).read_text(encoding="utf-8")
+    body = text.split(f"-- fragment: {name}\n", 1)[1].split("\n\n", 1)[0]
+    return "\n".join(ln for ln in body.splitlines() if not ln.startswith("--"))
+
+
+@pytest.mark.parametrize("filename", ["sqlite_queries.sql", "postgres_queries.sql"])
+def test_a_job_is_read_with_the_declared_columns(filename):
+    # The SQL names the columns; stores/columns.py declares them: the two agree
+    # (a column added to one and not the other fails here, not in a read).
+    from nw.jobs.stores.columns import COLUMNS
+
+    read = re.findall(r"j\.(\w+)", _fragment(filename, "job_columns"))
+    assert read[: read.index("doc")] == list(COLUMNS)
+
+
+def test_a_postgres_patch_sets_every_declared_column_it_may():
+    from nw.jobs.stores.columns import DECLARED
+
+    sets = re.findall(
+        r"(\w+) = CASE WHEN p\.c \? '(\w+)'", _fragment("postgres_queries.sql", "patch_columns")
+    )
+    assert all(column == key for column, key in sets)
+    patched = [c.name for c in DECLARED if c.patch != "never" and "postgres" in c.engines]
+    assert sorted(column for column, _ in sets) == sorted(patched)
