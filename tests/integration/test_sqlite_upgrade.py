@@ -174,6 +174,24 @@ def test_a_read_only_handle_reads_a_schema_7_file_without_upgrading_it(tmp_path)
     assert _dump(_db(project)) == before
 
 
+def test_a_read_only_handle_reads_on_after_another_process_upgrades_the_file(tmp_path):
+    # A dashboard reading someone else's project holds a read-only handle on
+    # the old file; the project's owner then opens it with this release.
+    project = _copy(tmp_path)
+    expected = json.loads((DATA / "v7_project.json").read_text())
+    some = next(iter(expected["jobs"]))
+    reader = SqliteJobStore(_db(project), read_only=True)
+    try:
+        assert reader.get(some) is not None
+        SqliteJobStore(_db(project)).close()  # the upgrade to version 8
+        assert "status" not in _tables(_db(project))
+        row = reader.get(some)
+        assert row is not None and row.status.value == expected["jobs"][some]["status"]
+        assert len(reader.page(limit=100)) == len(expected["jobs"])
+    finally:
+        reader.close()
+
+
 def test_a_job_whose_status_entry_was_missing_still_reads_failed(tmp_path):
     # Given the schema-7 copy with one queued job's status entry gone (version
     # 7 read such a job as failed, "the job's status entry is missing")

@@ -175,7 +175,9 @@ class SqliteBase(SharedStore):
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # SQLite may have rolled back itself (a full disk)
+                    conn.execute("ROLLBACK")
+                conn.close()
                 raise
         elif version > SCHEMA_VERSION:
             raise JobStoreError(
@@ -191,6 +193,11 @@ class SqliteBase(SharedStore):
         with self._lock, self._driver_errors():
             if os.getpid() != self._pid:  # a forked child must not share the handle
                 self._pid, self._conn = os.getpid(), self._connect()
+            elif self._older and not _has_status_table(self._conn):
+                # another process upgraded the file under this read-only view of
+                # it: read the file as it is now (the view's table is gone)
+                self._conn.close()
+                self._conn = self._connect()
             conn = self._conn
             if not write:
                 yield conn
