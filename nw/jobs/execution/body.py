@@ -234,8 +234,8 @@ class EventSink:
 
     def progress_points(self, started: Any, finished: float) -> list[list[float]]:
         """``[time share, fraction]`` of each progress report, for the ETA learner."""
-        if not isinstance(started, (int, float)) or finished <= started:
-            return []
+        if not self._points or not isinstance(started, (int, float)) or finished <= started:
+            return []  # no progress reported (most jobs): no lock to take
         with self._lock:
             points = list(self._points)
         span = finished - started
@@ -311,8 +311,9 @@ def run_attempt(
                     if launch.on_park is not None:
                         launch.on_park()
                     return parked
-                check_json_params({"result": value})
-                value = redact_value(value, launch.secrets)  # a result never stores a secret
+                if value is not None:  # a result never stores a secret
+                    check_json_params({"result": value})
+                    value = redact_value(value, launch.secrets)
         except BaseException as exc:  # a body must never leave its job RUNNING
             error = exc
         record = sink.record
