@@ -164,7 +164,7 @@ class _LineFormatter(logging.Formatter):
         if second != self._second:  # the handler's lock is held: one record at a time
             self._date = time.strftime(self.default_time_format, self.converter(record.created))
             self._second = second
-        return self.default_msec_format % (self._date, record.msecs)
+        return f"{self._date},{int(record.msecs):03d}"  # as ``default_msec_format``
 
 
 def _log_to_stderr(level: str) -> None:
@@ -179,7 +179,7 @@ def _log_to_stderr(level: str) -> None:
     handler.setFormatter(_LineFormatter())
     logging.basicConfig(level=level, handlers=[handler])
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    logging._srcfile = None  # type: ignore[attr-defined]  # no findCaller: no %(lineno)s
+    logging._srcfile = None  # no findCaller: the format has no %(lineno)s
 
 
 def serve(args: argparse.Namespace) -> int:
