@@ -32,6 +32,7 @@ from nw.jobs.core.model import ERROR_KIND_CRASHED, JobsConfig
 from nw.jobs.core.parked import Submitted
 from nw.jobs.core.records import JobRow
 from nw.jobs.execution import hooks, park
+from nw.jobs.execution.pool import Answer
 from nw.jobs.stores.roles import WorkerStore
 
 log = logging.getLogger("nw.jobs")
@@ -352,8 +353,7 @@ def run_attempt(
         else:
             launch.decided = decided
     else:  # the slot waits on the answer (a kept outcome's included), not this thread
-        answered: Future = Future()
-        answered.set_running_or_notify_cancel()
+        answered = Answer()
 
         def settle(ok: bool | None) -> None:
             if ok:

@@ -1,5 +1,6 @@
 """The bounded pool bodies run on: au's thread backend, at most ``max_workers``
-bodies at once, the best waiting launch first (``PooledThreadBackend``)."""
+bodies at once, the best waiting launch first (``PooledThreadBackend``); and
+the ``Answer`` a worker's body hands back, which lets its slot go."""
 
 from __future__ import annotations
 
@@ -17,6 +18,44 @@ log = logging.getLogger("nw.jobs")
 IDLE_S = 0.1
 """How long a pool thread with nothing to run waits for a launch before it
 goes back to the pool (at most this long, an exiting process waits for it)."""
+
+
+class Answer:
+    """A handed-over attempt's answer (``metadata["written"]``): settled once
+    the store's answer is recorded on the launch; a callback added runs then,
+    on the settling thread (at once if it already is). What the pool waits on
+    to let the slot go: a future's interface without its condition, one less
+    per job."""
+
+    __slots__ = ("_callbacks", "_done", "_lock")
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[Answer], None]] = []
+        self._done = False
+        self._lock = threading.Lock()
+
+    def done(self) -> bool:
+        return self._done
+
+    def add_done_callback(self, fn: Callable[[Answer], None]) -> None:
+        with self._lock:
+            if not self._done:
+                self._callbacks.append(fn)
+                return
+        self._call(fn)
+
+    def set_result(self, _result: None = None) -> None:
+        with self._lock:
+            self._done = True
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            self._call(fn)
+
+    def _call(self, fn: Callable[[Answer], None]) -> None:
+        try:
+            fn(self)
+        except Exception:  # as a future's callback: logged, the others still run
+            log.exception("a callback on a job's answer failed")
 
 
 class PooledThreadBackend(ThreadBackend):
