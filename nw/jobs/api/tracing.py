@@ -150,6 +150,9 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
 def attempt_span(record: Mapping[str, Any]) -> Iterator[Any]:
     """The span an attempt's body runs in: the child of the enqueue's stored
     span, linked to the run's first attempt when it is a retry."""
+    if trace is None:  # without the extra: nothing to build (a worker runs this per job)
+        yield None
+        return
     from nw.jobs.core.records import attempt_in_run
 
     links = (record.get("trace_attempt"),) if record.get("trace_attempt") else ()

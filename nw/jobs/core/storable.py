@@ -56,12 +56,19 @@ def storable(value: Any) -> tuple[Any, bool]:
         form = json.dumps(value)
     except (TypeError, ValueError, RecursionError):
         form = None  # not JSON as it stands: let the walk (and then the store) judge
-    if form is not None and not any(hint in form for hint in _HINTS):
+    if form is not None and clean_form(form):
         return value, False
     try:
         return (_walk(value), True) if _differs(value) else (value, False)
     except RecursionError:  # deeper than Python recurses: the store judges it as it is
         return value, False
+
+
+def clean_form(form: str) -> bool:
+    """Whether a value whose ``json.dumps`` form (ASCII, the default) is
+    ``form`` holds nothing to replace, at any depth: then ``storable`` keeps
+    it as it is, and a store may skip asking it part by part."""
+    return not any(hint in form for hint in _HINTS)
 
 
 def _differs(value: Any) -> bool:

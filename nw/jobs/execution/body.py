@@ -32,6 +32,7 @@ from nw.jobs.core.model import ERROR_KIND_CRASHED, JobsConfig
 from nw.jobs.core.parked import Submitted
 from nw.jobs.core.records import JobRow
 from nw.jobs.execution import hooks, park
+from nw.jobs.execution.pool import Answer
 from nw.jobs.stores.roles import WorkerStore
 
 log = logging.getLogger("nw.jobs")
@@ -234,8 +235,8 @@ class EventSink:
 
     def progress_points(self, started: Any, finished: float) -> list[list[float]]:
         """``[time share, fraction]`` of each progress report, for the ETA learner."""
-        if not isinstance(started, (int, float)) or finished <= started:
-            return []
+        if not self._points or not isinstance(started, (int, float)) or finished <= started:
+            return []  # no progress reported (most jobs): no lock to take
         with self._lock:
             points = list(self._points)
         span = finished - started
@@ -311,8 +312,9 @@ def run_attempt(
                     if launch.on_park is not None:
                         launch.on_park()
                     return parked
-                check_json_params({"result": value})
-                value = redact_value(value, launch.secrets)  # a result never stores a secret
+                if value is not None:  # a result never stores a secret
+                    check_json_params({"result": value})
+                    value = redact_value(value, launch.secrets)
         except BaseException as exc:  # a body must never leave its job RUNNING
             error = exc
         record = sink.record
@@ -351,8 +353,7 @@ def run_attempt(
         else:
             launch.decided = decided
     else:  # the slot waits on the answer (a kept outcome's included), not this thread
-        answered: Future = Future()
-        answered.set_running_or_notify_cancel()
+        answered = Answer()
 
         def settle(ok: bool | None) -> None:
             if ok:

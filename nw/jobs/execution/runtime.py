@@ -344,6 +344,9 @@ class Runtime:
 
     # ----- heartbeat -------------------------------------------------------------
     def _ensure_beater(self) -> None:
+        beater = self._beater
+        if beater is not None and beater.is_alive():  # the common case: no lock per job
+            return
         with self._lock:
             if self._beater is None or not self._beater.is_alive():
                 self._beater = threading.Thread(

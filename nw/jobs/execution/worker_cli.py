@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from nw.errors import JobStoreError, NwJobsError, ProjectError
@@ -146,13 +147,48 @@ def _load_secrets_provider(path: str) -> SecretsProvider:
     return spec.load()
 
 
+LOG_FORMAT = "%(asctime)s %(name)s %(message)s"
+
+
+class _LineFormatter(logging.Formatter):
+    """``LOG_FORMAT``, its date spelled once a second, not once a line (at INFO a
+    busy worker logs a line per job)."""
+
+    def __init__(self) -> None:
+        super().__init__(LOG_FORMAT)
+        self._second: int | None = None
+        self._date = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second = int(record.created)
+        if second != self._second:  # the handler's lock is held: one record at a time
+            self._date = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = second
+        return f"{self._date},{int(record.msecs):03d}"  # as ``default_msec_format``
+
+
+def _log_to_stderr(level: str) -> None:
+    """The worker's log on stderr at ``level``, unless the process already logs
+    somewhere (then, as ``logging.basicConfig``, nothing changes). A record of
+    this process then looks up no thread, process or source line: the format
+    names none, and at INFO a record is made per job (the worker's hottest
+    log call: ``Worker._released``)."""
+    if logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LineFormatter())
+    logging.basicConfig(level=level, handlers=[handler])
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging._srcfile = None  # no findCaller: the format has no %(lineno)s
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run a worker as ``args`` say (this module's namespace), until a signal.
     The worker is imported here, when one runs, not when the parser is built."""
     from nw.jobs.api import tracing
     from nw.jobs.execution.worker import Worker
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    _log_to_stderr(args.log_level)
     here = os.getcwd()  # --import finds a module in the current folder, as uvicorn does
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)

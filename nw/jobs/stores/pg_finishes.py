@@ -10,10 +10,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from au import ComputationStatus
+from psycopg.types.json import Jsonb
 
 from nw.jobs.core.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.core.records import JobRow
-from nw.jobs.core.storable import storable_fields
+from nw.jobs.core.storable import clean_form, storable_fields
 from nw.jobs.stores.base import (
     as_stored,
 )
@@ -22,6 +23,53 @@ from nw.jobs.stores.pg_base import Q, _dumps, _jsonb, log
 from nw.jobs.stores.pg_claims import PgClaims
 from nw.jobs.stores.pg_database import Conn, one
 from nw.jobs.stores.roles import Refill, settled_error
+
+_FORM = "_form"
+"""A finish item's key for its JSON form (None: encoded with its batch)."""
+
+
+def _finish_entry(
+    job_id: str,
+    attempt: int | None,
+    au_status: str,
+    result: Any,
+    error: str | None,
+    fields: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A finish as ``finish_many``'s ``batch`` reads it (a ``ValueError`` for
+    a field that is not a record field)."""
+    cols, doc = patch_values(fields)
+    return {
+        "job_id": job_id,
+        "attempt": attempt,
+        "au_status": au_status,
+        "value": result,
+        "error": error,
+        "cols": cols,
+        "doc": doc,
+    }
+
+
+def _form(item: Mapping[str, Any]) -> str | None:
+    """The item's JSON form; None if it is not JSON (the batch's encoding says why)."""
+    try:
+        return _dumps(item)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _batch(items: list[dict[str, Any]]) -> Jsonb:
+    """A batch of finish items as one ``jsonb`` parameter, from their forms."""
+
+    def dumps(batch: list[dict[str, Any]]) -> str:
+        forms = (
+            item[_FORM] if item.get(_FORM) is not None
+            else _dumps({k: v for k, v in item.items() if k != _FORM})
+            for item in batch
+        )  # fmt: skip
+        return f"[{','.join(forms)}]"
+
+    return Jsonb(items, dumps=dumps)
 
 
 class PgFinishes(PgClaims):
@@ -55,21 +103,23 @@ class PgFinishes(PgClaims):
         fields: Mapping[str, Any],
         attempt: int | None,
     ) -> dict[str, Any]:
-        """A finish as the group commit batches it; refused alone (read-only, not JSON)."""
+        """A finish as the group commit batches it, with its JSON form
+        (``_FORM``: encoded here, on the body's thread, not in the committer's
+        statement); refused alone (read-only, not JSON). Its form holds
+        nothing a store must replace (the common case): it is stored as it is,
+        without asking ``as_stored`` part by part."""
         if self.read_only:
             raise JobStoreError("this job store was opened read-only")
-        result, error, fields = as_stored(job_id, result, error, fields)
-        cols, doc = patch_values(fields)
-        _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
-        return {
-            "job_id": job_id,
-            "attempt": attempt,
-            "au_status": ComputationStatus(au_status).value,
-            "value": result,
-            "error": error,
-            "cols": cols,
-            "doc": doc,
-        }
+        status = ComputationStatus(au_status).value
+        item = _finish_entry(job_id, attempt, status, result, error, fields)
+        form = _form(item)
+        if form is None or not clean_form(form):  # text to replace, or not JSON: part by part
+            result, error, fields = as_stored(job_id, result, error, fields)
+            item = _finish_entry(job_id, attempt, status, result, error, fields)
+            _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
+            form = _form(item)
+        item[_FORM] = form
+        return item
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """One statement for a batch of finishes (``_finish_alone``). With a
@@ -101,7 +151,7 @@ class PgFinishes(PgClaims):
         try:
             done = self._exec(
                 "finish_many",
-                {"batch": _jsonb(items), "job_ids": [item["job_id"] for item in items]},
+                {"batch": _batch(items), "job_ids": [item["job_id"] for item in items]},
                 lambda cur: {r["job_id"] for r in cur.fetchall()},
             )
             return [item["job_id"] in done for item in items]
@@ -126,7 +176,7 @@ class PgFinishes(PgClaims):
         started by ``_claim_limited`` after that commit, and keys found full
         passed over in further rounds, as ``claim`` does (``_claim_rounds``)."""
         finish = self._params(
-            {"batch": _jsonb(items), "job_ids": [item["job_id"] for item in items]}
+            {"batch": _batch(items), "job_ids": [item["job_id"] for item in items]}
         )
         claim: dict[str, Any] = {
             "kinds": list(refill.kinds()),
