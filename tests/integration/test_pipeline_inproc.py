@@ -17,6 +17,7 @@ import time
 import pytest
 
 from nw import jobs
+from nw.errors import InvalidValue
 from nw.jobs.execution.runtimes import existing_runtime
 from nw.jobs.stores import store_location
 from tests.fixtures import pipeline_bodies
@@ -265,3 +266,36 @@ def test_a_cancel_as_a_delayed_step_is_released_lets_it_go_at_once(project, cfg,
     GATES["r"].set()
     assert jobs.wait(project, down.job_id, timeout=20, config=cfg).status.value == "cancelled"
     assert wait_until(lambda: idle(project, cfg), what="the runtime to let the step go")
+
+
+def _flaky(project, params):
+    """Fails until its gate is open."""
+    if not GATES[params["gate"]].is_set():
+        raise RuntimeError(f"step {params['name']} broke")
+    return {"name": params["name"], "n": 1, "pid": os.getpid()}
+
+
+def test_retry_pipeline_runs_the_failed_steps_here_again_with_dispatch(project, cfg):
+    GATES["f"] = threading.Event()
+    here = {**HERE_BODIES, "p.flaky": _flaky}
+    steps = {
+        "a": {"kind": "p.step", "params": {"name": "a"}},
+        "b": {"kind": "p.flaky", "params": {"name": "b", "gate": "f"}, "after": ["a"]},
+        "c": {"kind": "p.join", "params": {}, "after": ["b"]},
+    }
+    p = jobs.enqueue_pipeline(project, steps, dispatch=here, config=cfg)
+    failed = ended(project, cfg, p.pipeline_id)
+    assert failed.status == "failed" and failed.step("c").job.status.value == "cancelled"
+    first_a = failed.step("a").job
+    # without the bodies, a step that ran here (its kind not for workers) is refused
+    with pytest.raises(InvalidValue) as refused:
+        jobs.retry_pipeline(project, p.pipeline_id, config=cfg)
+    assert "not registered for workers" in str(refused.value) and "\n" not in str(refused.value)
+    GATES["f"].set()
+    jobs.retry_pipeline(project, p.pipeline_id, dispatch=here, config=cfg)
+    done = ended(project, cfg, p.pipeline_id)
+    assert done.status == "succeeded"
+    assert done.step("a").job.finished_at == first_a.finished_at  # not run again
+    assert done.step("b").job.result["pid"] == HERE and done.step("c").job.result["pid"] == HERE
+    assert done.step("c").job.result["from"] == ["b"]
+    assert wait_until(lambda: idle(project, cfg), what="the runtime to let go")

@@ -20,7 +20,7 @@ from nw.jobs.api.costing import Quote, quote_for
 from nw.jobs.api.handles import ProjectLike, reader
 from nw.jobs.core import eta, ids, kinds, limits, liveness, outcome
 from nw.jobs.core.checks import check_text, could_name_a_job
-from nw.jobs.core.model import DEFAULT_CONFIG, RUNNER_WORKER, Job, JobsConfig
+from nw.jobs.core.model import DEFAULT_CONFIG, RUNNER_INPROC, RUNNER_WORKER, Job, JobsConfig
 from nw.jobs.core.parked import is_parked
 from nw.jobs.core.records import JobRow, new_record, to_job
 from nw.jobs.execution import recovery
@@ -175,13 +175,20 @@ def _retry(
 
 
 def new_run(
-    proj: Project, store: JobStore, row: JobRow, config: JobsConfig
+    proj: Project,
+    store: JobStore,
+    row: JobRow,
+    config: JobsConfig,
+    *,
+    owner: str | None = None,
 ) -> tuple[dict[str, Any], Quote]:
-    """The record of a new run of a finished job, and today's quote for it."""
+    """The record of a new run of a finished job, and today's quote for it;
+    ``owner``: the runtime of this process that runs it (a ``dispatch`` body,
+    ``retry_pipeline``'s in-process tier), else workers do."""
     rec = row.record
     job_id, kind = rec["job_id"], str(rec.get("kind"))
     spec = kinds.kind_spec(kind)
-    if liveness.runs_inproc(rec) and spec is None:
+    if owner is None and liveness.runs_inproc(rec) and spec is None:
         raise InvalidValue(
             f"job {job_id} ran in the process that enqueued it and its kind {kind!r} is not"
             " registered for workers; enqueue it again from that app"
@@ -190,7 +197,12 @@ def new_run(
     units = ids.check_units(params)
     quote = quote_for(proj, kind, params, config)
     # this process's registration; without one, what the job was enqueued with
-    policy = outcome.RetryPolicy.resolve(spec, config, record=rec)
+    # (an in-process body's run is not retried: as ``enqueue``'s)
+    policy = (
+        outcome.RetryPolicy.resolve(spec, config, record=rec)
+        if owner is None
+        else outcome.RetryPolicy.resolve(None, config)
+    )
     plan = eta.eta_plan(params, units, config)
     samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
     record = new_record(
@@ -203,10 +215,11 @@ def new_run(
         plan=plan,
         prediction=eta.prediction_fields(plan, samples, config),
         estimated_usd=quote.estimated_usd,
-        runner=RUNNER_WORKER,
+        runner=RUNNER_WORKER if owner is None else RUNNER_INPROC,
         max_attempts=policy.max_attempts,
         actor=rec.get("actor") if isinstance(rec.get("actor"), Mapping) else None,
         retryable=policy.retryable,
+        runner_id=owner,
     )
     # the new run counts against the same key at the same priority (not its delay)
     key = limits.key_for(spec.limit_key, kind, params) if spec else rec.get("limit_key")

@@ -37,6 +37,25 @@ def hold_step(
         raise
 
 
+def hold_steps(
+    store: JobStore,
+    rt: Runtime,
+    steps: list[tuple[JobRow, Launch, int]],
+    config: JobsConfig,
+) -> None:
+    """``hold_step`` of each new in-process step ``(row, launch, priority)``: one
+    the runtime cannot take is ended (unlaunched) and the rest still held; the
+    first such error is raised after."""
+    failed: BaseException | None = None
+    for row, launch, priority in steps:
+        try:
+            hold_step(store, rt, row, launch, priority, config)
+        except Exception as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
 def body_launch(
     proj: Project,
     fn: Callable,

@@ -4,12 +4,13 @@ the steps that did not succeed, re-linked to their upstreams in one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from nw.errors import InvalidValue
 from nw.jobs.api import budgets
 from nw.jobs.api.console import new_run
-from nw.jobs.api.handles import ProjectLike
+from nw.jobs.api.handles import ProjectLike, writer
+from nw.jobs.api.launching import body_launch, hold_steps
 from nw.jobs.api.pipelines import get_pipeline
 from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
 from nw.jobs.core.pipelines import AFTER_FIELD, PIPELINE_FIELD, STEP_FIELD, Edge, Pipeline
@@ -25,6 +26,7 @@ def retry_pipeline(
     *,
     steps: Sequence[str] | None = None,
     approved: bool = False,
+    dispatch: Mapping[str, Callable] | None = None,
     config: JobsConfig = DEFAULT_CONFIG,
 ) -> Pipeline | None:
     """Run again what did not succeed: the failed and cancelled steps (or, with
@@ -32,12 +34,16 @@ def retry_pipeline(
     runs (``retry_job``'s), through the stored budgets as a whole; succeeded
     steps are not run again (their results are the new runs' ``inputs``), live
     ones are left alone. A step whose upstreams have all succeeded is
-    claimable at once, the others wait as before. None when unknown."""
+    claimable at once, the others wait as before. ``dispatch``: the steps whose
+    kind it has run in this process (the in-process tier, as
+    ``enqueue_pipeline``'s); without it, a step that ran in-process is run
+    again by workers when its kind is registered for them, else refused.
+    None when unknown."""
     proj = as_project(project)
     got = get_pipeline(proj, pipeline_id, config=config)
     if got is None:
         return None
-    if not _retry(proj, got, steps, approved=approved, config=config):
+    if not _retry(proj, got, steps, approved=approved, dispatch=dispatch, config=config):
         return got
     return get_pipeline(proj, pipeline_id, config=config)
 
@@ -48,6 +54,7 @@ def _retry(
     steps: Sequence[str] | None,
     *,
     approved: bool,
+    dispatch: Mapping[str, Callable] | None = None,
     config: JobsConfig,
 ) -> bool:
     """``retry_pipeline``'s writes over the pipeline as read (``got``): whether
@@ -58,14 +65,18 @@ def _retry(
     ]
     if not redo:
         return False
-    store = shared_store(proj, config, create=True)
+    here = {s.name: fn for s in redo if (fn := (dispatch or {}).get(s.job.kind)) is not None}
+    launches = {name: body_launch(proj, fn) for name, fn in here.items()}  # the caller's thread
+    rt = writer(proj, config) if launches else None
+    store = rt.store if rt is not None else shared_store(proj, config, create=True)
     by_name = {s.name: s for s in got.steps}
     now = config.clock()
     rows = store.get_many([s.job.job_id for s in redo])  # one query
     records, quotes = [], []
     for s in redo:
         row = rows[s.job.job_id]
-        record, quote = new_run(proj, store, row, config)
+        owner = rt.runner_id if rt is not None and s.name in here else None
+        record, quote = new_run(proj, store, row, config, owner=owner)
         for name in (PIPELINE_FIELD, STEP_FIELD, AFTER_FIELD):
             record[name] = row.record.get(name)
         records.append(record)
@@ -92,7 +103,19 @@ def _retry(
     )
     links = Links(pipeline=None, steps=(), edges=edges, waiting=waiting, now=now)
     linker = pipelines_of(store).linker(links)
-    store.create_many(records, claimable=roots, admit=admit, also=linker)
+    claimable = [root and s.name not in here for s, root in zip(redo, roots, strict=True)]
+    made = store.create_many(records, claimable=claimable, admit=admit, also=linker)
+    if rt is not None:
+        hold_steps(
+            store,
+            rt,
+            [
+                (row, launches[s.name], s.job.priority)
+                for s, (row, new) in zip(redo, made, strict=True)
+                if new and s.name in launches
+            ],
+            config,
+        )
     if links.released:
         store.wake_workers()
     return True

@@ -21,7 +21,7 @@ from typing import Any
 from nw.jobs.api import budgets, costing
 from nw.jobs.api.enqueueing import prepare_item, record_of
 from nw.jobs.api.handles import ProjectLike, reader, writer
-from nw.jobs.api.launching import body_launch, hold_step
+from nw.jobs.api.launching import body_launch, hold_steps
 from nw.jobs.api.reads import queue_waits, reap_rows
 from nw.jobs.core import eta
 from nw.jobs.core.checks import check_actor, check_label, could_name_a_job, named
@@ -269,17 +269,12 @@ def enqueue_pipeline(
     also = pipelines_of(store).linker(links)
     made = store.create_many(records, claimable=claimable, admit=admit_all, also=also)
     if rt is not None:  # a step the runtime cannot take is ended (unlaunched), the rest held
-        failed: BaseException | None = None
-        for name, (step_row, created) in zip(plan.order, made, strict=True):
-            if created and name in launches:
-                try:
-                    hold_step(
-                        store, rt, step_row, launches[name], plan.items[name].priority, config
-                    )
-                except Exception as exc:
-                    failed = failed or exc
-        if failed is not None:
-            raise failed
+        held = [
+            (row_, launches[name], plan.items[name].priority)
+            for name, (row_, created) in zip(plan.order, made, strict=True)
+            if created and name in launches
+        ]
+        hold_steps(store, rt, held, config)
     if links.released:
         store.wake_workers()
     got = get_pipeline(proj, plan.pipeline_id, config=config)
