@@ -31,6 +31,7 @@ On the embedded store and (with a URL) on PostgreSQL:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -88,36 +89,54 @@ def _ended(project, config, pid, timeout=300.0):
     )
 
 
-def release_cost(project, config, width: int) -> None:
+def _root_claimed(project, config, width: int, tag: str):
+    """A 1 -> ``width`` -> 1 pipeline enqueued (and how long that took), its
+    root claimed here (running, no worker): ``(pipeline, store, root row, s)``."""
     from nw.jobs.stores import shared_store
 
     t0 = time.perf_counter()
-    p = jobs.enqueue_pipeline(project, fan(width, "release"), config=config)
+    p = jobs.enqueue_pipeline(project, fan(width, tag), config=config)
     enq = time.perf_counter() - t0
-    print(f"  enqueue {width + 2} steps (one transaction): {enq * 1000:.0f} ms")
     store = shared_store(nw.Project(project.root), config, create=True)
     (row,) = store.claim(["bench.noop"], now=time.time(), runner_id="bench", limit=1)
     assert row.record["step"] == "root"
-    count = [0]
-    sqlite = hasattr(store, "cursor")
-    if sqlite:
-        with store.cursor() as c:
-            c.set_trace_callback(lambda _sql: count.__setitem__(0, count[0] + 1))
-    from au import ComputationStatus
+    return p, store, row, enq
 
-    t0 = time.perf_counter()
-    store.finish(
-        row.record["job_id"],
-        au_status=ComputationStatus.COMPLETED,
-        result={"i": "root"},
-        error=None,
-        fields={"finished_at": time.time()},
-        attempt=row.record["attempt"],
-    )
-    took = time.perf_counter() - t0
-    if sqlite:
+
+@contextlib.contextmanager
+def _statements(store):
+    """``[n]``: the statements the embedded store's connection runs meanwhile
+    (None on PostgreSQL, whose trigger's statements a client cannot count)."""
+    if not hasattr(store, "cursor"):
+        yield [None]
+        return
+    count = [0]
+    with store.cursor() as c:
+        c.set_trace_callback(lambda _sql: count.__setitem__(0, count[0] + 1))
+    try:
+        yield count
+    finally:
         with store.cursor() as c:
             c.set_trace_callback(None)
+
+
+def release_cost(project, config, width: int) -> None:
+    from au import ComputationStatus
+
+    p, store, row, enq = _root_claimed(project, config, width, "release")
+    print(f"  enqueue {width + 2} steps (one transaction): {enq * 1000:.0f} ms")
+    with _statements(store) as count:
+        t0 = time.perf_counter()
+        store.finish(
+            row.record["job_id"],
+            au_status=ComputationStatus.COMPLETED,
+            result={"i": "root"},
+            error=None,
+            fields={"finished_at": time.time()},
+            attempt=row.record["attempt"],
+        )
+        took = time.perf_counter() - t0
+    if count[0] is not None:
         how = f"{count[0]} statements (BEGIN and COMMIT included)"
     else:
         how = "1 client statement (the batch finish); its trigger runs 3 inside it"
@@ -127,24 +146,13 @@ def release_cost(project, config, width: int) -> None:
 
 
 def cancel_cost(project, config, width: int) -> None:
-    from nw.jobs.stores import shared_store
-
-    p = jobs.enqueue_pipeline(project, fan(width, "cancel"), config=config)
-    store = shared_store(nw.Project(project.root), config, create=True)
-    (row,) = store.claim(["bench.noop"], now=time.time(), runner_id="bench", limit=1)
-    assert row.record["step"] == "root"
-    count = [0]
-    sqlite = hasattr(store, "cursor")
-    if sqlite:
-        with store.cursor() as c:
-            c.set_trace_callback(lambda _sql: count.__setitem__(0, count[0] + 1))
-    t0 = time.perf_counter()
-    got = jobs.cancel_pipeline(project, p.pipeline_id, config=config)
-    took = time.perf_counter() - t0
+    p, store, _root, _ = _root_claimed(project, config, width, "cancel")
+    with _statements(store) as count:
+        t0 = time.perf_counter()
+        got = jobs.cancel_pipeline(project, p.pipeline_id, config=config)
+        took = time.perf_counter() - t0
     how = ""
-    if sqlite:
-        with store.cursor() as c:
-            c.set_trace_callback(None)
+    if count[0] is not None:
         how = f", {count[0]} statements on the store's connection (reads included)"
     states = sorted({s.job.status.value for s in got.steps})
     print(f"  cancel {width + 2} steps (1 running): {took * 1000:.0f} ms{how}; steps now {states}")
@@ -170,6 +178,19 @@ def run_fan(project, config, width: int) -> None:
     )
 
 
+def _start_gaps(done) -> str:
+    """A chain's time from each upstream's finish to its dependent's start."""
+    gaps = [
+        (b.job.started_at - a.job.finished_at).total_seconds() * 1000
+        for a, b in zip(done.steps, done.steps[1:], strict=False)
+    ]
+    q = statistics.quantiles(gaps, n=10)
+    return (
+        f"upstream finished -> dependent started: p50 {statistics.median(gaps):.1f} ms,"
+        f" p90 {q[8]:.1f} ms, max {max(gaps):.1f} ms"
+    )
+
+
 def run_chain(project, config, n: int) -> None:
     url = ("--database-url", config.database_url) if config.database_url else ()
     procs = start_workers(project, 2, extra=("--max-concurrent", "4", *url))
@@ -181,15 +202,7 @@ def run_chain(project, config, n: int) -> None:
         wall = time.perf_counter() - t0
     finally:
         stop_workers(procs)
-    gaps = [
-        (b.job.started_at - a.job.finished_at).total_seconds() * 1000
-        for a, b in zip(done.steps, done.steps[1:], strict=False)
-    ]
-    q = statistics.quantiles(gaps, n=10)
-    print(
-        f"  chain of {n}, 2 workers: {wall:.1f} s; upstream finished -> dependent started:"
-        f" p50 {statistics.median(gaps):.1f} ms, p90 {q[8]:.1f} ms, max {max(gaps):.1f} ms"
-    )
+    print(f"  chain of {n}, 2 workers: {wall:.1f} s; {_start_gaps(done)}")
 
 
 def _noop(project, params):
@@ -205,15 +218,7 @@ def run_inproc(project, config, n: int, width: int) -> None:
     p = jobs.enqueue_pipeline(project, chain(n, "here"), dispatch=here, config=config)
     done = _ended(project, config, p.pipeline_id)
     wall = time.perf_counter() - t0
-    gaps = [
-        (b.job.started_at - a.job.finished_at).total_seconds() * 1000
-        for a, b in zip(done.steps, done.steps[1:], strict=False)
-    ]
-    q = statistics.quantiles(gaps, n=10)
-    print(
-        f"  in-process chain of {n}: {done.status} in {wall:.1f} s; upstream finished ->"
-        f" dependent started: p50 {statistics.median(gaps):.1f} ms, p90 {q[8]:.1f} ms"
-    )
+    print(f"  in-process chain of {n}: {done.status} in {wall:.1f} s; {_start_gaps(done)}")
     t0 = time.perf_counter()
     p = jobs.enqueue_pipeline(project, fan(width, "here"), dispatch=here, config=config)
     done = _ended(project, config, p.pipeline_id)
