@@ -178,8 +178,9 @@ def test_resubmitting_the_same_steps_returns_the_same_pipeline(project, cfg, tmp
     assert other.pipeline_id != first.pipeline_id
 
 
-def test_retry_runs_again_only_what_did_not_succeed(project, cfg, worker, tmp_path):
-    log, ok = tmp_path / "ran.log", tmp_path / "ok"
+def failed_at_panel(project, cfg, log, ok):
+    """board -> panel -> anim, ended failed: panel fails until ``ok`` exists,
+    which stopped anim."""
     steps = {
         "board": step("board", log),
         "panel": step("panel", log, kind="p.fail", after=["board"], ok_file=str(ok)),
@@ -187,6 +188,12 @@ def test_retry_runs_again_only_what_did_not_succeed(project, cfg, worker, tmp_pa
     }
     p = jobs.enqueue_pipeline(project, steps, config=cfg)
     assert ended(project, cfg, p.pipeline_id).status == "failed"
+    return p
+
+
+def test_retry_runs_again_only_what_did_not_succeed(project, cfg, worker, tmp_path):
+    log, ok = tmp_path / "ran.log", tmp_path / "ok"
+    p = failed_at_panel(project, cfg, log, ok)
     assert ran(log) == ["board", "panel"]
     ok.touch()  # the cause is fixed
     again = jobs.retry_job(project, p.step("panel").job.job_id, config=cfg)
@@ -203,13 +210,7 @@ def test_retry_runs_again_only_what_did_not_succeed(project, cfg, worker, tmp_pa
 def test_a_bulk_retry_runs_a_stopped_step_after_its_upstream_again(project, cfg, worker, tmp_path):
     # Given a pipeline whose middle step failed and stopped the step after it
     log, ok = tmp_path / "ran.log", tmp_path / "ok"
-    steps = {
-        "board": step("board", log),
-        "panel": step("panel", log, kind="p.fail", after=["board"], ok_file=str(ok)),
-        "anim": step("anim", log, after=["panel"]),
-    }
-    p = jobs.enqueue_pipeline(project, steps, config=cfg)
-    assert ended(project, cfg, p.pipeline_id).status == "failed"
+    p = failed_at_panel(project, cfg, log, ok)
     ok.touch()  # the cause is fixed
     # When the operator retries every cancelled job in bulk (the stopped step only)
     again = jobs.retry_jobs(project, status="cancelled", config=cfg)
