@@ -30,6 +30,17 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}: last={last!r}")
 
 
+def pipeline_ended(project, cfg, pipeline_id: str, timeout: float = 30.0):
+    """The pipeline once it has ended (every step finished); fails the test after ``timeout``."""
+    from nw import jobs
+
+    return wait_until(
+        lambda: (p := jobs.get_pipeline(project, pipeline_id, config=cfg)) and p.is_terminal and p,
+        timeout=timeout,
+        what=f"pipeline {pipeline_id} to end",
+    )
+
+
 REPO = str(Path(__file__).resolve().parents[1])
 
 

@@ -21,7 +21,7 @@ from nw.errors import InvalidValue
 from nw.jobs.execution.runtimes import existing_runtime
 from nw.jobs.stores import store_location
 from tests.fixtures import pipeline_bodies
-from tests.helpers import wait_until
+from tests.helpers import pipeline_ended, wait_until
 from tests.integration.workers import ROOT, start_worker, stop
 
 IMPORT = ("--import", "tests.fixtures.pipeline_bodies")
@@ -58,14 +58,6 @@ def _gated(project, params):
 
 
 HERE_BODIES = {"p.step": _here, "p.join": _join, "p.fail": _fail, "p.gate": _gated}
-
-
-def ended(project, cfg, pipeline_id, timeout=30.0):
-    return wait_until(
-        lambda: (p := jobs.get_pipeline(project, pipeline_id, config=cfg)) and p.is_terminal and p,
-        timeout=timeout,
-        what=f"pipeline {pipeline_id} to end",
-    )
 
 
 def idle(project, cfg) -> bool:
@@ -111,7 +103,7 @@ def test_steps_run_here_even_beside_a_worker_of_their_kinds(project, cfg):
         now = jobs.get_pipeline(project, p.pipeline_id, config=cfg)
         assert [now.step(f"panel{i}").job.status.value for i in range(4)] == ["queued"] * 4
         GATES["w"].set()
-        done = ended(project, cfg, p.pipeline_id)
+        done = pipeline_ended(project, cfg, p.pipeline_id)
     finally:
         GATES["w"].set()
         stop(proc)
@@ -153,7 +145,7 @@ def test_a_failed_step_stops_the_waiting_ones_and_they_are_let_go(project, cfg):
         "c": {"kind": "p.step", "params": {"name": "c"}, "after": ["b"]},
     }
     p = jobs.enqueue_pipeline(project, steps, dispatch=HERE_BODIES, config=cfg)
-    done = ended(project, cfg, p.pipeline_id)
+    done = pipeline_ended(project, cfg, p.pipeline_id)
     assert done.status == "failed"
     assert done.step("b").job.status.value == "cancelled"
     assert "upstream step 'a' failed" in (done.step("b").job.error or "")
@@ -178,7 +170,7 @@ def test_cancel_pipeline_lets_the_waiting_steps_go(project, cfg):
         jobs.cancel_pipeline(project, p.pipeline_id, config=cfg)
     finally:
         GATES["c"].set()
-    done = ended(project, cfg, p.pipeline_id)
+    done = pipeline_ended(project, cfg, p.pipeline_id)
     assert done.step("b").job.status.value == "cancelled"
     assert wait_until(lambda: idle(project, cfg), what="the runtime to let go")
 
@@ -232,7 +224,7 @@ def test_a_step_waiting_in_a_dead_process_is_ended_not_left_waiting(project, cfg
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-    done = ended(project, cfg, pipeline_id, timeout=60)
+    done = pipeline_ended(project, cfg, pipeline_id, timeout=60)
     assert done.status in ("failed", "cancelled")
     assert all(s.job.is_terminal for s in done.steps)
 
@@ -284,7 +276,7 @@ def test_retry_pipeline_runs_the_failed_steps_here_again_with_dispatch(project, 
         "c": {"kind": "p.join", "params": {}, "after": ["b"]},
     }
     p = jobs.enqueue_pipeline(project, steps, dispatch=here, config=cfg)
-    failed = ended(project, cfg, p.pipeline_id)
+    failed = pipeline_ended(project, cfg, p.pipeline_id)
     assert failed.status == "failed" and failed.step("c").job.status.value == "cancelled"
     first_a = failed.step("a").job
     # without the bodies, a step that ran here (its kind not for workers) is refused
@@ -293,7 +285,7 @@ def test_retry_pipeline_runs_the_failed_steps_here_again_with_dispatch(project, 
     assert "not registered for workers" in str(refused.value) and "\n" not in str(refused.value)
     GATES["f"].set()
     jobs.retry_pipeline(project, p.pipeline_id, dispatch=here, config=cfg)
-    done = ended(project, cfg, p.pipeline_id)
+    done = pipeline_ended(project, cfg, p.pipeline_id)
     assert done.status == "succeeded"
     assert done.step("a").job.finished_at == first_a.finished_at  # not run again
     assert done.step("b").job.result["pid"] == HERE and done.step("c").job.result["pid"] == HERE

@@ -18,7 +18,7 @@ from nw.errors import InvalidInput, UnknownKind
 from nw.jobs import BudgetExceeded, JobsConfig
 from tests.conftest import stored_jobs
 from tests.fixtures import pipeline_bodies
-from tests.helpers import wait_until
+from tests.helpers import pipeline_ended, wait_until
 from tests.integration.workers import ROOT, start_worker, stop
 
 IMPORT = ("--import", "tests.fixtures.pipeline_bodies")
@@ -40,14 +40,6 @@ def ran(log: Path) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
 
-def ended(project, cfg, pipeline_id, timeout=30.0):
-    return wait_until(
-        lambda: (p := jobs.get_pipeline(project, pipeline_id, config=cfg)) and p.is_terminal and p,
-        timeout=timeout,
-        what=f"pipeline {pipeline_id} to end",
-    )
-
-
 def step(name, log, *, after=(), kind="p.step", **params):
     return {"kind": kind, "params": {"name": name, "log": str(log), **params}, "after": list(after)}
 
@@ -62,7 +54,7 @@ def test_a_chain_runs_in_order_and_ends_succeeded(project, cfg, worker, tmp_path
     p = jobs.enqueue_pipeline(project, steps, label="film", config=cfg)
     assert p.created and p.label == "film" and len(p.steps) == 3
     # (what a waiting step says is read where no worker runs: test_pipelines_api.py)
-    done = ended(project, cfg, p.pipeline_id)
+    done = pipeline_ended(project, cfg, p.pipeline_id)
     assert done.status == "succeeded" and done.pct == 100.0
     assert ran(log) == ["storyboard", "panels", "animation"]
     starts = [done.step(n).job.started_at for n in ("storyboard", "panels", "animation")]
@@ -80,7 +72,7 @@ def test_fan_out_then_fan_in_receives_every_upstream_result(project, cfg, worker
         steps[f"panel{i}"] = step(f"panel{i}", log, after=["board"], n=i)
     steps["cut"] = step("cut", log, kind="p.join", after=[f"panel{i}" for i in range(6)])
     p = jobs.enqueue_pipeline(project, steps, config=cfg)
-    done = ended(project, cfg, p.pipeline_id)
+    done = pipeline_ended(project, cfg, p.pipeline_id)
     assert done.status == "succeeded"
     cut = done.step("cut").job
     assert cut.result["sum"] == sum(range(6))
@@ -131,7 +123,7 @@ def test_a_failed_step_cancels_what_comes_after_unless_allow_failure(
         },
     }
     p = jobs.enqueue_pipeline(project, steps, config=cfg)
-    done = ended(project, cfg, p.pipeline_id)
+    done = pipeline_ended(project, cfg, p.pipeline_id)
     assert done.status == "failed"
     assert done.step("panel").job.status == jobs.FAILED
     for name in ("anim", "upscale"):  # transitively, never run
@@ -161,7 +153,7 @@ def test_cancel_pipeline_cancels_every_step_not_finished(project, cfg, worker, t
     got = jobs.cancel_pipeline(project, p.pipeline_id, config=cfg)
     assert got.step("panel").job.status == jobs.CANCELLED
     gate.touch()
-    done = ended(project, cfg, p.pipeline_id)
+    done = pipeline_ended(project, cfg, p.pipeline_id)
     assert done.status == "cancelled"
     assert {s.job.status for s in done.steps} == {jobs.CANCELLED}
     assert "panel" not in ran(log) and "anim" not in ran(log)
@@ -187,7 +179,7 @@ def failed_at_panel(project, cfg, log, ok):
         "anim": step("anim", log, after=["panel"]),
     }
     p = jobs.enqueue_pipeline(project, steps, config=cfg)
-    assert ended(project, cfg, p.pipeline_id).status == "failed"
+    assert pipeline_ended(project, cfg, p.pipeline_id).status == "failed"
     return p
 
 
@@ -198,12 +190,12 @@ def test_retry_runs_again_only_what_did_not_succeed(project, cfg, worker, tmp_pa
     ok.touch()  # the cause is fixed
     again = jobs.retry_job(project, p.step("panel").job.job_id, config=cfg)
     assert again.status != jobs.FAILED  # a new run (queued, or claimed already)
-    done = ended(project, cfg, p.pipeline_id)
+    done = pipeline_ended(project, cfg, p.pipeline_id)
     assert done.status == "succeeded"
     assert ran(log) == ["board", "panel", "panel", "anim"]  # board was not run again
     # a whole retry of a succeeded pipeline runs nothing
     jobs.retry_pipeline(project, p.pipeline_id, config=cfg)
-    assert ended(project, cfg, p.pipeline_id).status == "succeeded"
+    assert pipeline_ended(project, cfg, p.pipeline_id).status == "succeeded"
     assert len(ran(log)) == 4
 
 
@@ -218,7 +210,7 @@ def test_a_bulk_retry_runs_a_stopped_step_after_its_upstream_again(project, cfg,
     # Then the step waits on its upstream again, which runs first: the stopped
     # step never runs before what it comes after (nor without its inputs)
     jobs.retry_jobs(project, status="failed", config=cfg)
-    assert ended(project, cfg, p.pipeline_id).status == "succeeded"
+    assert pipeline_ended(project, cfg, p.pipeline_id).status == "succeeded"
     assert ran(log) == ["board", "panel", "panel", "anim"]
 
 
@@ -267,7 +259,7 @@ def test_a_pipeline_completes_with_its_callers_process_gone(project, cfg, tmp_pa
     assert ran(log) == []  # the caller exited before anything ran
     proc = start_worker(project, database_url=cfg.database_url, extra=IMPORT)
     try:
-        got = ended(project, cfg, pipeline_id)
+        got = pipeline_ended(project, cfg, pipeline_id)
     finally:
         stop(proc)
     assert got.status == "succeeded" and ran(log) == ["a", "b", "c"]
