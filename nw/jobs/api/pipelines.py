@@ -25,7 +25,7 @@ from nw.jobs.api.launching import body_launch, hold_steps
 from nw.jobs.api.reads import queue_waits, reap_rows
 from nw.jobs.core import eta
 from nw.jobs.core.checks import check_actor, check_label, could_name_a_job, named
-from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
+from nw.jobs.core.model import DEFAULT_CONFIG, TERMINAL_STATUSES, Job, JobsConfig
 from nw.jobs.core.pipelines import (
     AFTER_FIELD,
     PIPELINE_FIELD,
@@ -46,8 +46,6 @@ from nw.jobs.stores import shared_store
 from nw.jobs.stores.base import JobStore
 from nw.jobs.stores.pipelines import Links, pipelines_of
 from nw.project import Project, as_project
-
-_ENDED = ("succeeded", "failed", "cancelled")
 
 
 class _Plan:
@@ -360,7 +358,11 @@ def get_pipeline(
     after = {name: [u for u in spec.get(name, {}).get("after", []) if u in rows] for name in names}
     remaining = {name: _remaining(jobs[name]) for name in names}
     per_step, whole = critical_eta(after, remaining, states)
-    priors = [n for n in names if states[n] not in _ENDED and jobs[n].confidence in (None, "prior")]
+    priors = [
+        n
+        for n in names
+        if states[n] not in TERMINAL_STATUSES and jobs[n].confidence in (None, "prior")
+    ]
     steps = [
         PipelineStep(
             name,
@@ -371,7 +373,7 @@ def get_pipeline(
         )
         for name in names
     ]
-    ended = sum(1 for s in states.values() if s in _ENDED)
+    ended = sum(1 for s in states.values() if s in TERMINAL_STATUSES)
     actual = sum(_spent(j) for j in jobs.values())
     status = status_of(list(states.values()))
     return Pipeline(
@@ -384,8 +386,8 @@ def get_pipeline(
         pct=round(100.0 * ended / len(names), 1) if names else 100.0,
         quote=dict(doc.get("quote") or {}),
         actual_usd=round(actual, 6),
-        eta_s=0.0 if status in _ENDED else whole,
-        eta_ts=None if (whole is None or status in _ENDED) else now + whole,
+        eta_s=0.0 if status in TERMINAL_STATUSES else whole,
+        eta_ts=None if (whole is None or status in TERMINAL_STATUSES) else now + whole,
         eta_confidence=_confidence(whole, status, priors),
     )
 
@@ -393,7 +395,7 @@ def get_pipeline(
 def _confidence(whole: float | None, status: str, priors: list[str]) -> str | None:
     """``learned`` when every live step's duration is, ``prior`` when one is
     only its kind's prior; None when the ETA cannot be said (or it ended)."""
-    if whole is None or status in _ENDED:
+    if whole is None or status in TERMINAL_STATUSES:
         return None
     return "prior" if priors else "learned"
 
@@ -410,7 +412,7 @@ def _remaining(job: Job) -> float | None:
     """Seconds until a live step ends once it may start: a running one's
     remaining time, a queued one's ``eta_s`` (its wait in the queue counted for a
     step free to start; None when that wait cannot be said, as the job reads)."""
-    if job.status.value in _ENDED:
+    if job.status.value in TERMINAL_STATUSES:
         return 0.0
     if job.status.value == "running":
         return job.remaining_s if job.remaining_s is not None else job.eta_s

@@ -10,6 +10,7 @@ Nothing here touches a store or a clock it is not handed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from nw import canonical
 from nw.errors import InvalidType, InvalidValue
 from nw.jobs.core.checks import check_name
+from nw.jobs.core.model import TERMINAL_STATUSES
 from nw.jobs.core.records import to_dict
 
 #: The fields a step may carry (besides ``kind``, ``params`` and ``after``).
@@ -47,12 +49,7 @@ class Edge:
     allow_failure: bool = False
 
     def as_row(self) -> dict[str, Any]:
-        return {
-            "upstream_id": self.upstream_id,
-            "job_id": self.job_id,
-            "step": self.step,
-            "allow_failure": self.allow_failure,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -336,7 +333,7 @@ class Pipeline:
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in ("succeeded", "failed", "cancelled")
+        return self.status in TERMINAL_STATUSES
 
     def to_dict(self) -> dict[str, Any]:
         return {
