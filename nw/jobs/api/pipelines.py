@@ -24,7 +24,7 @@ from nw.jobs.api.handles import ProjectLike, reader, writer
 from nw.jobs.api.launching import body_launch, hold_steps
 from nw.jobs.api.reads import queue_waits, reap_rows
 from nw.jobs.core import eta
-from nw.jobs.core.checks import check_actor, check_label, could_name_a_job, named
+from nw.jobs.core.checks import check_actor, check_label, named
 from nw.jobs.core.model import DEFAULT_CONFIG, TERMINAL_STATUSES, Job, JobsConfig
 from nw.jobs.core.pipelines import (
     AFTER_FIELD,
@@ -452,13 +452,3 @@ def cancel_pipeline(
         for job_id in cancelled:
             rt.local_cancel(job_id)
     return get_pipeline(proj, pipeline_id, config=config)
-
-
-def pipeline_of_job(
-    project: ProjectLike, job_id: str, *, config: JobsConfig = DEFAULT_CONFIG
-) -> tuple[str, str] | None:
-    """``(pipeline id, step)`` of the pipeline a job is a step of, or None."""
-    store = shared_store(as_project(project), config, create=False)
-    if store is None or not could_name_a_job(job_id):
-        return None
-    return pipelines_of(store).pipeline_of(job_id)

@@ -49,10 +49,6 @@ class PipelineStore(ABC):
         """``(step, job id)`` of each step, by name."""
 
     @abstractmethod
-    def pipeline_of(self, job_id: str) -> tuple[str, str] | None:
-        """``(pipeline id, step)`` of the pipeline a job is a step of."""
-
-    @abstractmethod
     def cancel(self, pipeline_id: str, *, now: float) -> list[str]:
         """Cancel every unfinished step as ``request_cancel`` cancels one, in a
         bounded number of statements: a queued step (waiting or claimable)

@@ -107,10 +107,6 @@ class PostgresPipelines(PipelineStore):
     def steps(self, pipeline_id: str) -> list[tuple[str, str]]:
         return [(r["step"], r["job_id"]) for r in self._read("steps", pipeline_id=pipeline_id)]
 
-    def pipeline_of(self, job_id: str) -> tuple[str, str] | None:
-        rows = self._read("pipeline_of", job_id=job_id)
-        return (rows[0]["pipeline_id"], rows[0]["step"]) if rows else None
-
     def cancel(self, pipeline_id: str, *, now: float) -> list[str]:
         # postgres_queries.sql: its update is `request_cancel`'s (one fragment)
         args = {"pipeline_id": pipeline_id, "now": now, "doc": _jsonb(CANCELLED_BEFORE_START)}

@@ -109,18 +109,10 @@ class SqlitePipelines(PipelineStore):
 
         return write
 
-    def _has_pipelines(self, c: sqlite3.Connection) -> bool:
-        """A read-only handle may read a file older than pipelines (no tables: none)."""
-        from nw.jobs.stores.sqlite import PIPELINES_VERSION
-
-        if not self.store.read_only:
-            return True
-        return c.execute("PRAGMA user_version").fetchone()[0] >= PIPELINES_VERSION
-
     def pipeline(self, pipeline_id: str) -> dict[str, Any] | None:
+        if not self.store._has("pipelines"):  # an older file, read-only: none
+            return None
         with self.store.cursor() as c:
-            if not self._has_pipelines(c):
-                return None
             r = c.execute(Q["pipeline"], {"pipeline_id": pipeline_id}).fetchone()
         if r is None:
             return None
@@ -130,13 +122,6 @@ class SqlitePipelines(PipelineStore):
         with self.store.cursor() as c:
             rows = c.execute(Q["steps"], {"pipeline_id": pipeline_id}).fetchall()
         return [(r["step"], r["job_id"]) for r in rows]
-
-    def pipeline_of(self, job_id: str) -> tuple[str, str] | None:
-        with self.store.cursor() as c:
-            if not self._has_pipelines(c):
-                return None
-            r = c.execute(Q["pipeline_of"], {"job_id": job_id}).fetchone()
-        return None if r is None else (r["pipeline_id"], r["step"])
 
     def cancel(self, pipeline_id: str, *, now: float) -> list[str]:
         why = stored_json(CANCELLED_BEFORE_START)

@@ -83,8 +83,3 @@ SELECT pipeline_id, created_at, label, actor_id, doc FROM nw_jobs.pipelines
 SELECT step, job_id FROM nw_jobs.pipeline_steps
  WHERE project_id = %(project_id)s AND pipeline_id = %(pipeline_id)s
  ORDER BY step;
-
--- name: pipeline_of
-SELECT pipeline_id, step FROM nw_jobs.pipeline_steps
- WHERE project_id = %(project_id)s AND job_id = %(job_id)s
- LIMIT 1;

@@ -105,9 +105,6 @@ SELECT pipeline_id, created_at, label, actor_id, doc FROM pipelines
 -- name: steps
 SELECT step, job_id FROM pipeline_steps WHERE pipeline_id = :pipeline_id ORDER BY step;
 
--- name: pipeline_of
-SELECT pipeline_id, step FROM pipeline_steps WHERE job_id = :job_id LIMIT 1;
-
 -- name: release_ids
 -- A create's new waiting jobs whose upstreams had all ended well already.
 UPDATE jobs AS j
