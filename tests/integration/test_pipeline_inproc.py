@@ -291,3 +291,28 @@ def test_retry_pipeline_runs_the_failed_steps_here_again_with_dispatch(project, 
     assert done.step("b").job.result["pid"] == HERE and done.step("c").job.result["pid"] == HERE
     assert done.step("c").job.result["from"] == ["b"]
     assert wait_until(lambda: idle(project, cfg), what="the runtime to let go")
+
+
+def test_a_released_step_the_runtime_cannot_take_is_ended_not_left_queued(
+    project, cfg, monkeypatch
+):
+    from nw.jobs.api.handles import writer
+
+    GATES["u"] = threading.Event()
+    up = jobs.enqueue(
+        project, "p.gate", {"name": "up", "gate": "u"}, dispatch=HERE_BODIES, config=cfg
+    )
+    down = jobs.enqueue(
+        project, "p.step", {"name": "down"}, after=[up.job_id], dispatch=HERE_BODIES, config=cfg
+    )
+    rt = writer(project, cfg)
+
+    def no_thread(*_args):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(rt, "_schedule", no_thread)
+    GATES["u"].set()
+    ended = jobs.wait(project, down.job_id, timeout=20, config=cfg)
+    assert ended.status.value == "failed"
+    assert "could not start the job in this process" in (ended.error or "")
+    assert wait_until(lambda: idle(project, cfg), what="the runtime to let the step go")

@@ -91,7 +91,7 @@ def enqueue_after(
         [record], claimable=[False], admit=admit, also=pipelines_of(store).linker(links)
     )
     if made and rt is not None and launch is not None:
-        hold_step(store, rt, row, launch, item.priority, config)
+        hold_step(store, rt, row, launch, config)
     if links.released:
         store.wake_workers()
     fresh = store.get(item.job_id) if made else row

@@ -36,7 +36,6 @@ from nw.jobs.core.model import (
     JobsConfig,
 )
 from nw.jobs.core.records import new_record, to_job
-from nw.jobs.execution.body import Launch
 from nw.jobs.execution.runtime import Runtime
 from nw.jobs.stores import shared_store
 from nw.jobs.stores.base import JobStore
@@ -312,11 +311,7 @@ def enqueue(
         row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
         assert launch is not None  # a runtime is taken only for a body
-        try:
-            rt.submit(job_id, launch, priority=item.priority, not_before=item.due)
-        except BaseException as exc:  # e.g. the runtime is shutting down
-            launching.fail_unlaunched(store, row, exc, config)
-            raise
+        launching.hold_step(store, rt, row, launch, config)
     worker = None if created else worker_seen(store, row)
     return to_job(row, config.clock(), config, worker)
 
@@ -477,15 +472,13 @@ def enqueue_many(
         )
         for k, pair in zip(again, redo, strict=True):
             results[k] = pair
-    for k, (row, made) in enumerate(results):
-        item = prepared[unique[k]]
-        if made and rt is not None and item.fn is not None:
-            launch = Launch(fn=item.fn, project=proj, secrets=dict(secrets or {}))
-            try:
-                rt.submit(item.job_id, launch, priority=item.priority, not_before=item.due)
-            except BaseException as exc:  # e.g. the runtime is shutting down
-                launching.fail_unlaunched(store, row, exc, config)
-                raise
+    if rt is not None:  # the bodies this process runs (each bound to the caller's fal key)
+        held = [
+            (row, launching.body_launch(proj, fn, secrets=secrets))
+            for k, (row, made) in enumerate(results)
+            if made and (fn := prepared[unique[k]].fn) is not None
+        ]
+        launching.hold_steps(store, rt, held, config)
     now = config.clock()
     jobs = {unique[k]: to_job(row, now, config) for k, (row, _) in enumerate(results)}
     return [jobs[first[item.job_id]] for item in prepared]

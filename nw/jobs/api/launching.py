@@ -21,16 +21,18 @@ from nw.project import Project
 
 
 def hold_step(
-    store: JobStore, rt: Runtime, row: JobRow, launch: Launch, priority: int, config: JobsConfig
+    store: JobStore, rt: Runtime, row: JobRow, launch: Launch, config: JobsConfig
 ) -> None:
-    """A new in-process step held by this process until its upstreams release
-    it (a step that waits on none goes to the pool at once); a runtime that
-    cannot take it ends it through the outcome policy (``unlaunched``)."""
+    """A new in-process job held by this process: to the pool at its priority
+    (or when its delay ends), or, for a step that waits on upstreams, until
+    they release it; a runtime that cannot take it ends it through the
+    outcome policy (``unlaunched``). Its priority and delay are its record's."""
     rec = row.record
     try:
         if rec.get("after"):
-            rt.submit_after(rec["job_id"], launch, priority=priority)
+            rt.submit_after(rec["job_id"], launch)
         else:
+            priority = int(rec.get("priority") or 0)
             rt.submit(rec["job_id"], launch, priority=priority, not_before=rec.get("not_before"))
     except BaseException as exc:  # e.g. the runtime is shutting down
         fail_unlaunched(store, row, exc, config)
@@ -40,16 +42,16 @@ def hold_step(
 def hold_steps(
     store: JobStore,
     rt: Runtime,
-    steps: list[tuple[JobRow, Launch, int]],
+    held: list[tuple[JobRow, Launch]],
     config: JobsConfig,
 ) -> None:
-    """``hold_step`` of each new in-process step ``(row, launch, priority)``: one
-    the runtime cannot take is ended (unlaunched) and the rest still held; the
+    """``hold_step`` of each new in-process job ``(row, launch)``: one the
+    runtime cannot take is ended (unlaunched) and the rest still held; the
     first such error is raised after."""
     failed: BaseException | None = None
-    for row, launch, priority in steps:
+    for row, launch in held:
         try:
-            hold_step(store, rt, row, launch, priority, config)
+            hold_step(store, rt, row, launch, config)
         except Exception as exc:
             failed = failed or exc
     if failed is not None:

@@ -106,16 +106,12 @@ def _retry(
     claimable = [root and s.name not in here for s, root in zip(redo, roots, strict=True)]
     made = store.create_many(records, claimable=claimable, admit=admit, also=linker)
     if rt is not None:
-        hold_steps(
-            store,
-            rt,
-            [
-                (row, launches[s.name], s.job.priority)
-                for s, (row, new) in zip(redo, made, strict=True)
-                if new and s.name in launches
-            ],
-            config,
-        )
+        held = [
+            (row, launches[s.name])
+            for s, (row, created) in zip(redo, made, strict=True)
+            if created and s.name in launches
+        ]
+        hold_steps(store, rt, held, config)
     if links.released:
         store.wake_workers()
     return True

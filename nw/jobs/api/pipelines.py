@@ -268,7 +268,7 @@ def enqueue_pipeline(
     made = store.create_many(records, claimable=claimable, admit=admit_all, also=also)
     if rt is not None:  # a step the runtime cannot take is ended (unlaunched), the rest held
         held = [
-            (row_, launches[name], plan.items[name].priority)
+            (row_, launches[name])
             for name, (row_, created) in zip(plan.order, made, strict=True)
             if created and name in launches
         ]

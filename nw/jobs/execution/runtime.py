@@ -31,7 +31,7 @@ from au import (
     ComputationStatus,
 )
 
-from nw.jobs.core import kinds
+from nw.jobs.core import kinds, outcome
 from nw.jobs.core.limits import NotYet
 from nw.jobs.core.model import RUNNER_INPROC, JobsConfig
 from nw.jobs.core.records import JobRow
@@ -93,7 +93,6 @@ class Runtime:
         """Looks after the parked jobs of its kinds (started by ``poll_parked``)."""
         self._steps: StepWaits | None = None
         """Its pipeline steps waiting on their upstreams (``submit_after``)."""
-        self._step_priority: dict[str, int] = {}
         self._timers: dict[str, threading.Timer] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -165,7 +164,7 @@ class Runtime:
             self._unhold(job_id, launch, before)
             raise
 
-    def submit_after(self, job_id: str, launch: Launch, *, priority: int = 0) -> None:
+    def submit_after(self, job_id: str, launch: Launch) -> None:
         """Run a pipeline step this process enqueued once the store releases it
         (its upstreams succeeded): it holds no pool thread while it waits
         (``step_waits``), and lets go when the store ends it instead."""
@@ -177,7 +176,6 @@ class Runtime:
             with self._lock:
                 if self._steps is None:
                     self._steps = StepWaits(self.store, self._released, self._release)
-                self._step_priority[job_id] = priority
             self._steps.add(job_id)
         except BaseException:
             self._unhold(job_id, launch, before)
@@ -187,15 +185,19 @@ class Runtime:
         job_id = row.record["job_id"]
         with self._lock:
             launch = self._launches.get(job_id)
-            priority = self._step_priority.pop(job_id, 0)
         if launch is None:
             return
-        not_before = row.record.get("not_before")
+        rec = row.record  # its priority and delay as stored
+        not_before = rec.get("not_before")
         due = float(not_before) if isinstance(not_before, (int, float)) else None
         try:
-            self._schedule(job_id, launch, priority, due)
-        except BaseException:
-            self._release(job_id, launch)
+            self._schedule(job_id, launch, int(rec.get("priority") or 0), due)
+        except Exception as exc:  # no thread to be had: ended as a failed launch is
+            message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
+            try:
+                outcome.end_unlaunched(self.store, row, message, self.config).result()
+            finally:
+                self._release(job_id, launch)
             raise
 
     def _schedule(
@@ -305,7 +307,6 @@ class Runtime:
             # A re-run of the same id may already hold the slot: only drop our own.
             if launch is None or self._launches.get(job_id) is launch:
                 self._launches.pop(job_id, None)
-                self._step_priority.pop(job_id, None)
             self._idle.notify_all()
         if self._on_release is not None:
             self._on_release(job_id)

@@ -73,10 +73,6 @@ class StepWaits:
         """Read the waiting steps now (a cancel asked here, say)."""
         self._signal.set()
 
-    def waiting(self) -> list[str]:
-        with self._lock:
-            return sorted(self._waiting)
-
     def _run(self) -> None:
         try:
             unsubscribe = self._store.subscribe(self._signal.set)
