@@ -106,10 +106,10 @@ def retry_jobs(
     rows = [row for row in rows if not row.record.get("pipeline_id")]
     retried = _retry_jobs(proj, store, rows, approved=approved, config=config) if rows else []
     if steps:
-        from nw.jobs.api.pipeline_retry import retry_pipeline
+        from nw.jobs.api.pipeline_retry import retry_steps
 
         for pipeline_id, names in steps.items():
-            retry_pipeline(proj, pipeline_id, steps=names, approved=approved, config=config)
+            retry_steps(proj, pipeline_id, names, approved=approved, config=config)
         fresh = shared_store(proj, config, create=True).get_many(step_ids)
         now = config.clock()
         retried += [to_job(fresh[j], now, config) for j in step_ids if j in fresh]

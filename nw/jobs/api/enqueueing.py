@@ -48,16 +48,19 @@ def _label(kind: str, params: Mapping[str, Any]) -> str:
 
 
 @dataclass
-class _Memo:
-    """What is the same for many items of one batch, worked out once for it:
-    a kind's body and registration, a kind's retry policy, the prediction of
-    an ETA plan (the learned durations are read once per batch), the caller's
-    trace headers."""
+class BatchMemo:
+    """What is the same for many items of one batch (``enqueue_many``, a
+    pipeline's steps), worked out once for it: a kind's body and
+    registration, a kind's retry policy, the prediction of an ETA plan (the
+    learned durations are read once per batch), the caller's trace headers,
+    and one actor dict per actor (the rows of a batch then share these
+    objects, which ``pg_batch`` sends once)."""
 
     kinds: dict[str, tuple[Callable | None, kinds.KindSpec | None]] = field(default_factory=dict)
     policies: dict[tuple[str, bool], outcome.RetryPolicy] = field(default_factory=dict)
     predictions: dict[eta.EtaPlan, dict[str, Any]] = field(default_factory=dict)
     traced: dict[str, str] | None = None
+    actors: dict[tuple[tuple[str, str], ...], dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def prepare_item(
     not_before: Any = None,
     limit_key: Any = None,
     config: JobsConfig,
-    memo: _Memo | None = None,
+    memo: BatchMemo | None = None,
 ) -> _Item:
     """Everything ``enqueue`` checks before it touches a store (see its raises);
     a pipeline's steps are prepared so too (nw/jobs/api/pipelines.py).
@@ -104,6 +107,8 @@ def prepare_item(
         check_name(kind, "kind")
     label = check_label(label)
     who = check_actor(actor)
+    if who is not None and memo is not None:
+        who = memo.actors.setdefault(tuple(sorted(who.items())), who)
     priority = check_priority(priority)
     due = check_not_before(not_before)
     params = ids.check_json_params(costing.with_plan_dict(params))
@@ -152,14 +157,14 @@ def record_of(
     samples: Mapping[str, list[float]],
     rt: Runtime | None,
     config: JobsConfig,
-    memo: _Memo | None = None,
+    memo: BatchMemo | None = None,
 ) -> dict[str, Any]:
     """The queued record of a prepared item (a pipeline's step too), with its
     ETA prediction. ``memo``: a batch's policies, predictions and trace, each worked out once
     (``samples`` are the batch's, read once before)."""
     fn = item.fn
     if memo is None:
-        memo = _Memo(traced=tracing.carrier())  # the enqueue's span: each attempt's is its child
+        memo = BatchMemo(traced=tracing.carrier())  # the enqueue's span: each attempt's child
     # Retries are the worker tier's: a requeued job is claimed by a worker, and
     # an in-process body's callable lives only in the process that enqueued it.
     policy = memo.policies.get((item.kind, fn is None))
@@ -187,7 +192,7 @@ def record_of(
     )
     record.update(limit_key=item.limit_key, priority=item.priority, not_before=item.due)
     if memo.traced is not None:
-        record["trace"] = dict(memo.traced)
+        record["trace"] = memo.traced  # one object for the batch: never changed after
     return record
 
 
@@ -389,7 +394,7 @@ def enqueue_many(
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
         raise InvalidType(f"items must be an iterable of items, not {type(items).__name__}")
     prepared: list[_Item] = []
-    memo = _Memo(traced=tracing.carrier())  # the batch's span: each attempt's is its child
+    memo = BatchMemo(traced=tracing.carrier())  # the batch's span: each attempt's is its child
     for n, raw in enumerate(items):
         try:
             fields = _item_fields(raw)

@@ -117,14 +117,23 @@ def _retry(
     return True
 
 
+def retry_steps(
+    proj: Project, pipeline_id: str, steps: Sequence[str], *, approved: bool, config: JobsConfig
+) -> None:
+    """``retry_pipeline``'s writes for these steps (and those below them), the
+    pipeline read once and nothing read back: ``retry_job`` and
+    ``retry_jobs`` of a pipeline's steps read back what they return."""
+    got = get_pipeline(proj, pipeline_id, config=config)
+    if got is not None:
+        _retry(proj, got, steps, approved=approved, config=config)
+
+
 def retry_step(proj: Project, row: JobRow, *, approved: bool, config: JobsConfig) -> Job:
     """``retry_job`` of a pipeline's failed or cancelled step: it and the steps
     below it that did not succeed run again (``retry_pipeline``'s writes; only
     the step is read back)."""
     pipeline_id, step = str(row.record["pipeline_id"]), str(row.record.get("step"))
-    got = get_pipeline(proj, pipeline_id, config=config)
-    if got is not None:
-        _retry(proj, got, [step], approved=approved, config=config)
+    retry_steps(proj, pipeline_id, [step], approved=approved, config=config)
     store = shared_store(proj, config, create=True)
     fresh = store.get(row.record["job_id"]) or row
     return to_job(fresh, config.clock(), config)

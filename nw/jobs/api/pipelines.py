@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nw.jobs.api import budgets, costing
-from nw.jobs.api.enqueueing import prepare_item, record_of
+from nw.jobs.api import budgets, costing, tracing
+from nw.jobs.api.enqueueing import BatchMemo, prepare_item, record_of
 from nw.jobs.api.handles import ProjectLike, reader, writer
 from nw.jobs.api.launching import body_launch, hold_steps
 from nw.jobs.api.reads import queue_waits, reap_rows
@@ -67,6 +67,8 @@ class _Plan:
         self.actor = check_actor(actor)
         self.pipeline_id = pipeline_id_of(spec_hash(proj.project_id, self.spec))
         self.items: dict[str, Any] = {}
+        # the steps are one batch: kinds, policies, predictions and the trace once
+        self.memo = BatchMemo(traced=tracing.carrier())
         for name in self.order:
             fields = self.spec[name].fields
             try:
@@ -82,6 +84,7 @@ class _Plan:
                     not_before=fields.get("not_before"),
                     limit_key=fields.get("limit_key"),
                     config=config,
+                    memo=self.memo,
                 )
             except Exception as exc:
                 raise named(exc, f"step {name!r}") from None
@@ -289,7 +292,7 @@ def _records(
     eplans, samples = _learned(plan, store, config)
     out = []
     for name, item, eplan in zip(plan.order, items, eplans, strict=True):
-        record = record_of(item, eplan, samples, rt, config)
+        record = record_of(item, eplan, samples, rt, config, plan.memo)
         record[PIPELINE_FIELD] = plan.pipeline_id
         record[STEP_FIELD] = name
         record[AFTER_FIELD] = [
