@@ -22,7 +22,7 @@ from nw.jobs.api import budgets, costing, tracing
 from nw.jobs.api.enqueueing import BatchMemo, prepare_item, record_of
 from nw.jobs.api.handles import ProjectLike, reader, writer
 from nw.jobs.api.launching import body_launch, hold_steps
-from nw.jobs.api.reads import queue_waits, reap_rows
+from nw.jobs.api.reads import queue_waits, read_job, reap_rows
 from nw.jobs.core import eta
 from nw.jobs.core.checks import check_actor, check_label, named
 from nw.jobs.core.model import DEFAULT_CONFIG, TERMINAL_STATUSES, Job, JobsConfig
@@ -40,7 +40,7 @@ from nw.jobs.core.pipelines import (
     spec_hash,
     status_of,
 )
-from nw.jobs.core.records import JobRow, to_job
+from nw.jobs.core.records import JobRow
 from nw.jobs.execution.runtime import Runtime
 from nw.jobs.stores import shared_store
 from nw.jobs.stores.base import JobStore
@@ -341,19 +341,21 @@ def get_pipeline(
     doc = found["doc"]
     steps_of = pipelines_of(store).steps(pipeline_id)
     ids = [job_id for _, job_id in steps_of]
+    ids_of = dict(steps_of)
     found_rows = store.get_many(ids)  # one query
     # a step whose process is gone is reaped as get_job reaps; its end may have
     # stopped the steps after it (in the same transaction): read them again
-    if reap_rows(store, rt, list(found_rows.values()), config)[1]:
+    reaped, workers = reap_rows(store, rt, list(found_rows.values()), config)
+    if reaped:
         found_rows = store.get_many(ids)
     now = config.clock()
     rows: dict[str, JobRow] = {n: found_rows[j] for n, j in steps_of if j in found_rows}
     names = [n for n in doc.get("order", sorted(rows)) if n in rows]
-    # the steps queued for a claim wait their turn: the queue's replay says how long
-    free = [rows[n] for n in names if released(rows[n])]
-    waits = queue_waits(store, free, config) if free else {}
+    # each step read as get_job reads it (its worker, a kept outcome, its
+    # progress floor); the queued ones' waits from one replay of the queue
+    waits = queue_waits(store, list(rows.values()), config)
     jobs = {
-        name: to_job(rows[name], now, config, wait=waits.get(rows[name].record["job_id"]))
+        name: read_job(store, rows[name], rt, config, workers, waits.get(ids_of[name]))
         for name in names
     }
     states = {name: jobs[name].status.value for name in names}
@@ -401,14 +403,6 @@ def _confidence(whole: float | None, status: str, priors: list[str]) -> str | No
     if whole is None or status in TERMINAL_STATUSES:
         return None
     return "prior" if priors else "learned"
-
-
-def released(row: JobRow) -> bool:
-    """Queued and free to start: no upstream, or released by them."""
-    rec = row.record
-    return row.status.value == "queued" and (
-        not rec.get(AFTER_FIELD) or bool(rec.get("released_at"))
-    )
 
 
 def _remaining(job: Job) -> float | None:

@@ -23,7 +23,7 @@ from nw.jobs.core.model import (
     JobsConfig,
     Status,
 )
-from nw.jobs.core.records import JobRow, to_job
+from nw.jobs.core.records import JobRow, to_job, waits_on_upstreams
 from nw.jobs.execution import recovery
 from nw.jobs.execution.journal import FINISHING_HINT
 from nw.jobs.execution.runtimes import LocalRuntimes
@@ -45,7 +45,7 @@ def get_job(
     row = store.get(job_id)
     if row is None:
         return None
-    return _read(store, row, rt, config, wait=queue_waits(store, [row], config).get(job_id))
+    return read_job(store, row, rt, config, wait=queue_waits(store, [row], config).get(job_id))
 
 
 def list_jobs(
@@ -84,10 +84,11 @@ def list_jobs(
         rows = store.page(
             status=status, actor_id=actor, kind=kind, grade=grade, q=q, before=cursor, limit=limit
         )
-        workers = _workers_for(store, rows)
+        workers = workers_for(store, rows)
         held = queue_waits(store, rows, config)
         page = [
-            _read(store, row, rt, config, workers, held.get(row.record["job_id"])) for row in rows
+            read_job(store, row, rt, config, workers, held.get(row.record["job_id"]))
+            for row in rows
         ]
         if status is None or all(job.status == status for job in page):
             return page
@@ -154,7 +155,7 @@ def summarize(
         return []
     try:
         now, rows = config.clock(), store.page(status=status, actor_id=actor, limit=limit)
-        workers = _workers_for(store, rows)
+        workers = workers_for(store, rows)
         return [to_job(r, now, config, recovery.worker_of(r, workers)) for r in rows]
     finally:
         store.close()
@@ -183,7 +184,7 @@ def snapshot(
             continue
         try:
             rows = [r for r in store.live() if _actor_matches(r, actor)]
-            workers = _workers_for(store, rows)
+            workers = workers_for(store, rows)
             held = queue_waits(store, rows, config)
             for status in ("succeeded", "failed", "cancelled"):
                 rows += store.page(status=status, actor_id=actor, limit=recent_limit)
@@ -223,7 +224,7 @@ def stores_to_reap(
     return out
 
 
-def _read(
+def read_job(
     store: JobStore,
     row: JobRow,
     rt: LocalRuntimes | None,
@@ -256,7 +257,8 @@ def queue_waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict
     """The predicted start and what holds each queued job of ``rows`` (see
     ``nw.jobs.core.waits``): one replay of the queue for the whole page, only when a
     job is queued, and shared by the reads of the next second (``queue_view``)."""
-    queued = [r for r in rows if r.status.value == "queued"]
+    # a step still waiting on its upstreams is in no queue yet: nothing to replay
+    queued = [r for r in rows if r.status.value == "queued" and not waits_on_upstreams(r.record)]
     if not queued:
         return {}
     now = config.clock()
@@ -316,18 +318,19 @@ def _remaining(row: JobRow, now: float, config: JobsConfig) -> float | None:
 
 def reap_rows(
     store: JobStore, rt: LocalRuntimes | None, rows: list[JobRow], config: JobsConfig
-) -> tuple[list[JobRow], bool]:
-    """``rows`` with each job whose process is gone reaped (the workers read once,
-    as for a page), and whether any was."""
+) -> tuple[bool, recovery.Workers]:
+    """Reap each job of ``rows`` whose process is gone (the workers read once,
+    as for a page): whether any was, and the workers read (for ``read_job``)."""
+    workers = workers_for(store, rows)
     if store.read_only:
-        return rows, False
-    now, workers = config.clock(), _workers_for(store, rows)
+        return False, workers
+    now = config.clock()
     holds = rt.holds if rt is not None else (lambda _id: False)
     out = [recovery.maybe_reap(store, row, now, config, holds, workers) for row in rows]
-    return out, any(a is not b for a, b in zip(rows, out, strict=True))
+    return any(a is not b for a, b in zip(rows, out, strict=True)), workers
 
 
-def _workers_for(store: JobStore, rows: list[JobRow]) -> recovery.Workers:
+def workers_for(store: JobStore, rows: list[JobRow]) -> recovery.Workers:
     """The announced workers, read once for a page (not at all for a finished one)."""
     live = any(row.status in ACTIVE_STATUSES for row in rows)
     return recovery.workers_seen(store) if live else {}

@@ -332,14 +332,19 @@ def _parked(info: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def waits_on_upstreams(rec: Mapping[str, Any]) -> bool:
+    """The job comes after others (``after``) that have not released it yet
+    (no ``released_at``; nw/jobs/api/pipelines.py)."""
+    after = rec.get("after")
+    return isinstance(after, list) and bool(after) and rec.get("released_at") is None
+
+
 def _upstream_wait(rec: Mapping[str, Any], status: str) -> str | None:
     """``waiting: after storyboard`` for a queued job whose upstreams have not
-    released it yet (``after`` and no ``released_at``; nw/jobs/api/pipelines.py)."""
-    after = rec.get("after")
-    if status != "queued" or not isinstance(after, list) or not after:
+    released it yet."""
+    if status != "queued" or not waits_on_upstreams(rec):
         return None
-    if rec.get("released_at") is not None:
-        return None
+    after = rec["after"]
     names = [
         str(u.get("step") or str(u.get("job_id", ""))[:12]) for u in after if isinstance(u, dict)
     ]
