@@ -62,12 +62,7 @@ def _batch(items: list[dict[str, Any]]) -> Jsonb:
     """A batch of finish items as one ``jsonb`` parameter, from their forms."""
 
     def dumps(batch: list[dict[str, Any]]) -> str:
-        forms = (
-            item[_FORM] if item.get(_FORM) is not None
-            else _dumps({k: v for k, v in item.items() if k != _FORM})
-            for item in batch
-        )  # fmt: skip
-        return f"[{','.join(forms)}]"
+        return f"[{','.join(item[_FORM] for item in batch)}]"
 
     return Jsonb(items, dumps=dumps)
 
@@ -116,8 +111,7 @@ class PgFinishes(PgClaims):
         if form is None or not clean_form(form):  # text to replace, or not JSON: part by part
             result, error, fields = as_stored(job_id, result, error, fields)
             item = _finish_entry(job_id, attempt, status, result, error, fields)
-            _dumps(result)  # not JSON: refuse this call alone, before it joins a batch
-            form = _form(item)
+            form = _dumps(item)  # not JSON: refused alone, before it joins a batch
         item[_FORM] = form
         return item
 
