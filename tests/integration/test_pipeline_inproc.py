@@ -316,3 +316,48 @@ def test_a_released_step_the_runtime_cannot_take_is_ended_not_left_queued(
     assert ended.status.value == "failed"
     assert "could not start the job in this process" in (ended.error or "")
     assert wait_until(lambda: idle(project, cfg), what="the runtime to let the step go")
+
+
+def _x_step(project, params):
+    return {"pid": os.getpid()}
+
+
+def test_resubmitting_a_waiting_job_whose_process_died_runs_it_here(project, cfg):
+    # Another process enqueued a job after ours and died before it ran: the
+    # same enqueue from this process runs it (as enqueue does for a dead
+    # duplicate), instead of answering with the dead process's job.
+    GATES["d"] = threading.Event()
+    up = jobs.enqueue(
+        project, "p.gate", {"name": "up", "gate": "d"}, dispatch=HERE_BODIES, config=cfg
+    )
+    code = (
+        "import os, sys, time; from nw import jobs, Project; from nw.jobs import JobsConfig\n"
+        "def step(project, params):\n"
+        "    return {'pid': os.getpid()}\n"
+        "cfg = JobsConfig(database_url=sys.argv[3] or None)\n"
+        "j = jobs.enqueue(Project(sys.argv[1]), 'x.step', {'n': 1}, after=[sys.argv[2]],"
+        " dispatch={'x.step': step}, config=cfg)\n"
+        "print(j.job_id, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(project.root), up.job_id, cfg.database_url or ""],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        theirs = proc.stdout.readline().strip()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    try:
+        ours = jobs.enqueue(
+            project, "x.step", {"n": 1}, after=[up.job_id], dispatch={"x.step": _x_step}, config=cfg
+        )
+        assert ours.job_id == theirs
+    finally:
+        GATES["d"].set()
+    done = jobs.wait(project, ours.job_id, timeout=30, config=cfg)
+    assert done.status.value == "succeeded" and done.result["pid"] == HERE

@@ -4,6 +4,7 @@ enqueued, written with its links (nw/jobs/stores/pipelines.py) in one
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from nw.errors import InvalidType, InvalidValue
 from nw.jobs.api import budgets, costing
 from nw.jobs.api.enqueueing import record_of
 from nw.jobs.api.handles import writer
-from nw.jobs.api.launching import hold_step
+from nw.jobs.api.launching import dead_duplicate, hold_step
 from nw.jobs.core import eta
 from nw.jobs.core.checks import could_name_a_job
 from nw.jobs.core.model import Job, JobsConfig
@@ -90,6 +91,11 @@ def enqueue_after(
     [(row, made)] = store.create_many(
         [record], claimable=[False], admit=admit, also=pipelines_of(store).linker(links)
     )
+    if not made and dead_duplicate(store, row, rt, config):  # its process died: run again
+        links = dataclasses.replace(links, released=[])
+        [(row, made)] = store.create_many(
+            [record], claimable=[False], admit=admit, also=pipelines_of(store).linker(links)
+        )
     if made and rt is not None and launch is not None:
         hold_step(store, rt, row, launch, config)
     if links.released:
