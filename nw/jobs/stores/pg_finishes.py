@@ -62,7 +62,12 @@ def _batch(items: list[dict[str, Any]]) -> Jsonb:
     """A batch of finish items as one ``jsonb`` parameter, from their forms."""
 
     def dumps(batch: list[dict[str, Any]]) -> str:
-        return f"[{','.join(item[_FORM] for item in batch)}]"
+        forms = (  # an item made without its form (``_finish_many`` called directly)
+            item[_FORM] if item.get(_FORM) is not None
+            else _dumps({k: v for k, v in item.items() if k != _FORM})
+            for item in batch
+        )  # fmt: skip
+        return f"[{','.join(forms)}]"
 
     return Jsonb(items, dumps=dumps)
 
