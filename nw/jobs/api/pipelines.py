@@ -40,7 +40,7 @@ from nw.jobs.core.pipelines import (
     spec_hash,
     status_of,
 )
-from nw.jobs.core.records import JobRow
+from nw.jobs.core.records import JobRow, waits_on_upstreams
 from nw.jobs.execution.runtime import Runtime
 from nw.jobs.stores import shared_store
 from nw.jobs.stores.base import JobStore
@@ -352,8 +352,10 @@ def get_pipeline(
     rows: dict[str, JobRow] = {n: found_rows[j] for n, j in steps_of if j in found_rows}
     names = [n for n in doc.get("order", sorted(rows)) if n in rows]
     # each step read as get_job reads it (its worker, a kept outcome, its
-    # progress floor); the queued ones' waits from one replay of the queue
-    waits = queue_waits(store, list(rows.values()), config)
+    # progress floor); the waits of those free to start from one replay of the
+    # queue (one still waiting on its upstreams is timed by the critical path)
+    free = [row for row in rows.values() if not waits_on_upstreams(row.record)]
+    waits = queue_waits(store, free, config) if free else {}
     jobs = {
         name: read_job(store, rows[name], rt, config, workers, waits.get(ids_of[name]))
         for name in names

@@ -23,7 +23,7 @@ from nw.jobs.core.model import (
     JobsConfig,
     Status,
 )
-from nw.jobs.core.records import JobRow, to_job, waits_on_upstreams
+from nw.jobs.core.records import JobRow, to_job
 from nw.jobs.execution import recovery
 from nw.jobs.execution.journal import FINISHING_HINT
 from nw.jobs.execution.runtimes import LocalRuntimes
@@ -257,8 +257,7 @@ def queue_waits(store: JobStore, rows: list[JobRow], config: JobsConfig) -> dict
     """The predicted start and what holds each queued job of ``rows`` (see
     ``nw.jobs.core.waits``): one replay of the queue for the whole page, only when a
     job is queued, and shared by the reads of the next second (``queue_view``)."""
-    # a step still waiting on its upstreams is in no queue yet: nothing to replay
-    queued = [r for r in rows if r.status.value == "queued" and not waits_on_upstreams(r.record)]
+    queued = [r for r in rows if r.status.value == "queued"]
     if not queued:
         return {}
     now = config.clock()
