@@ -167,19 +167,38 @@ class _LineFormatter(logging.Formatter):
         return f"{self._date},{int(record.msecs):03d}"  # as ``default_msec_format``
 
 
-def _log_to_stderr(level: str) -> None:
+_LOOKUPS = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing, logging._srcfile)
+"""What a log record looks up as this process started (thread, process, caller)."""
+
+
+def _log_to_stderr(level: str) -> logging.Handler | None:
     """The worker's log on stderr at ``level``, unless the process already logs
-    somewhere (then, as ``logging.basicConfig``, nothing changes). A record of
-    this process then looks up no thread, process or source line: the format
-    names none, and at INFO a record is made per job (the worker's hottest
-    log call: ``Worker._released``)."""
+    somewhere (then, as ``logging.basicConfig``, nothing changes: None). A
+    record of this process then looks up no thread, process or source line:
+    the format names none, and at INFO a record is made per job (the worker's
+    hottest log call: ``Worker._released``). ``_lookups_for_others`` gives
+    them back once anything else logs here."""
     if logging.getLogger().handlers:
-        return
+        return None
     handler = logging.StreamHandler()
     handler.setFormatter(_LineFormatter())
     logging.basicConfig(level=level, handlers=[handler])
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging._srcfile = None  # no findCaller: the format has no %(lineno)s
+    return handler
+
+
+def _lookups_for_others(ours: logging.Handler | None) -> None:
+    """Records look up their thread, process and caller again when a handler
+    other than the worker's own (``ours``) was set up in this process, e.g. by
+    an ``--import`` module: its format may name them."""
+    loggers = [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    others = (h for lg in loggers for h in lg.handlers if h is not ours)
+    if ours is not None and any(not isinstance(h, logging.NullHandler) for h in others):
+        (logging.logThreads, logging.logProcesses, logging.logMultiprocessing,
+         logging._srcfile) = _LOOKUPS  # fmt: skip
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -188,7 +207,7 @@ def serve(args: argparse.Namespace) -> int:
     from nw.jobs.api import tracing
     from nw.jobs.execution.worker import Worker
 
-    _log_to_stderr(args.log_level)
+    ours = _log_to_stderr(args.log_level)
     here = os.getcwd()  # --import finds a module in the current folder, as uvicorn does
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)
@@ -198,6 +217,7 @@ def serve(args: argparse.Namespace) -> int:
         except Exception as exc:
             print(f"nw-jobs worker: cannot import {module!r}: {exc}", file=sys.stderr)
             return 2
+    _lookups_for_others(ours)
     overrides = config_overrides(args)
     # A stop asked for while the worker is being set up (it has announced itself
     # from then on) is kept and honoured once it exists: an exit, not a kill.
