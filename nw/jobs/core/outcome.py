@@ -57,7 +57,7 @@ from nw.jobs.core.model import (
     REAPED_REASON,
     JobsConfig,
 )
-from nw.jobs.core.records import JobRow, attempt_in_run
+from nw.jobs.core.records import JobRow, attempt_in_run, max_attempts_of
 from nw.jobs.core.status import CANCELLED_AFTER_RETURN
 from nw.jobs.stores.roles import Running, Settling, settled
 
@@ -138,7 +138,7 @@ class RetryPolicy:
         ending of an attempt reads it here, and only here."""
         return cls(
             retryable=bool(record.get("retryable")),
-            max_attempts=int(record.get("max_attempts") or 1),
+            max_attempts=max_attempts_of(record),
             backoff_s=config.retry_backoff_s,
         )
 

@@ -105,6 +105,12 @@ def attempt_in_run(record: Mapping[str, Any]) -> int:
     return int(record.get("attempt") or 0) - int(record.get("attempt_base") or 0)
 
 
+def max_attempts_of(record: Mapping[str, Any]) -> int:
+    """How many attempts the job's run may take, as recorded when it began
+    (``RetryPolicy.resolve``; a record without it runs once)."""
+    return int(record.get("max_attempts") or 1)
+
+
 def unreadable_record(job_id: str, why: str) -> dict[str, Any]:
     """Stand-in for a record that cannot be decoded: reads as FAILED, says why."""
     return {
@@ -287,7 +293,7 @@ def to_job(
         run_id=rec.get("run_id"),
         last_event_id=rec.get("last_event_id"),
         attempt=attempt_in_run(rec),
-        max_attempts=int(rec.get("max_attempts") or 1),
+        max_attempts=max_attempts_of(rec),
         grade=graded,
         actor=rec.get("actor"),
         attempts=attempts_of(rec),
