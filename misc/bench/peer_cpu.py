@@ -2,7 +2,7 @@
 drain counts ours (issue 13). Prints; asserts nothing.
 
     cd ../shared/bench && "$V/bin/python" ../../main/misc/bench/peer_cpu.py \
-        [--jobs 4000] [--workers 1 2] [--driver asyncpg psycopg matched] [--url postgresql://…/postgres]
+        [--jobs 4000] [--workers 1 2] [--driver asyncpg psycopg matched capped] [--url postgresql://…/postgres]
 
 Run with the shared harness's environment (``$V`` in ``../shared/bench/README.md``:
 pgqueuer, asyncpg) from that folder: it uses the harness's pgqueuer peers (their
@@ -47,6 +47,8 @@ def enqueue_noops(peer, dsn: str, n_jobs: int) -> None:
 def drain(peers, driver: str, base: str, n_jobs: int, n_workers: int) -> str:
     if driver == "matched":  # over asyncpg, with nw-jobs' guarantees
         from peer_pgq_matched import Matched as peer_class
+    elif driver == "capped":  # over asyncpg, at most 10 jobs held (the drain goal's peer)
+        from peer_pgq_matched import Capped as peer_class
     else:
         peer_class = {"asyncpg": peers.PgQueuerAsyncpgPeer, "psycopg": peers.PgQueuerPeer}[driver]
     peer = peer_class()
@@ -101,8 +103,9 @@ def main() -> None:
         "--driver",
         nargs="+",
         default=["asyncpg", "psycopg"],
-        choices=["asyncpg", "psycopg", "matched"],
-        help="matched: over asyncpg, with nw-jobs' guarantees (peer_pgq_matched.py)",
+        choices=["asyncpg", "psycopg", "matched", "capped"],
+        help="matched: over asyncpg, with nw-jobs' guarantees; capped: at most 10 jobs held"
+        " (both peer_pgq_matched.py)",
     )
     args = ap.parse_args()
     sys.path.insert(0, os.getcwd())  # the shared harness, run from its folder
