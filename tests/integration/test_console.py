@@ -185,3 +185,27 @@ def test_a_queued_job_no_live_worker_serves_says_so(project, cfg):
         assert shown.status == jobs.QUEUED and shown.waiting == "no worker serves t.unserved"
     finally:
         stop(worker)
+
+
+def test_a_bulk_retry_reads_the_learned_durations_once(project, cfg, monkeypatch):
+    from nw.jobs.stores import shared_store
+
+    params = [{"i": i, "model": "m", "operation": f"op{i % 2}"} for i in range(4)]
+    ids = [jobs.enqueue(project, "t.noop", p, config=cfg).job_id for p in params]
+    for job_id in ids:  # a queued job's cancel ends it at once: each is retryable
+        jobs.cancel_job(project, job_id, config=cfg)
+        _ended(project, job_id, cfg, "cancelled")
+    store = shared_store(project, cfg, create=True)
+    reads = []
+    samples = type(store).samples
+
+    def counted(self, keys, **kw):
+        reads.append(list(keys))
+        return samples(self, keys, **kw)
+
+    monkeypatch.setattr(type(store), "samples", counted)
+    retried = jobs.retry_jobs(project, status="cancelled", kind="t.noop", config=cfg)
+    assert sorted(j.job_id for j in retried) == sorted(ids)
+    assert {j.status for j in retried} == {"queued"}
+    # one query for all four new runs' predictions (both keys, with their progress keys)
+    assert len(reads) == 1 and {key.split("@")[0] for key in reads[0]} == {"m|op0", "m|op1"}

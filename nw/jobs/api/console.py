@@ -10,7 +10,8 @@ keeps the spend it deletes in the store's per-day rollup, so a budget,
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -120,7 +121,7 @@ def _retry_jobs(
     proj: Project, store: JobStore, rows: list[JobRow], *, approved: bool, config: JobsConfig
 ) -> list[Job]:
     """``retry_jobs`` of jobs outside any pipeline: gated as a whole, then each."""
-    runs = [new_run(proj, store, row, config) for row in rows]
+    runs = new_runs(proj, store, rows, config)
     if config.budget_usd is not None:
         quotes = [quote.estimated_usd for _, quote in runs]
         unknown = any(q is None for q in quotes)
@@ -185,6 +186,66 @@ def new_run(
     """The record of a new run of a finished job, and today's quote for it;
     ``owner``: the runtime of this process that runs it (a ``dispatch`` body,
     ``retry_pipeline``'s in-process tier), else workers do."""
+    return new_runs(proj, store, [row], config, owners=[owner])[0]
+
+
+def new_runs(
+    proj: Project,
+    store: JobStore,
+    rows: Sequence[JobRow],
+    config: JobsConfig,
+    *,
+    owners: Sequence[str | None] | None = None,
+) -> list[tuple[dict[str, Any], Quote]]:
+    """``new_run`` of each of ``rows`` (``owners[k]``: the runtime that runs
+    row k, None or absent: workers), their learned durations read in one query."""
+    owners = list(owners) if owners is not None else [None] * len(rows)
+    drafts = [_draft(proj, row, config, owner) for row, owner in zip(rows, owners, strict=True)]
+    keys = list(dict.fromkeys(key for d in drafts for key in eta.sample_keys(d.plan)))
+    samples = store.samples(keys, window=config.sample_window_k) if keys else {}
+    runs = []
+    for d, owner in zip(drafts, owners, strict=True):
+        rec, spec, kind, params = d.rec, d.spec, d.kind, d.params
+        record = new_record(
+            job_id=rec["job_id"],
+            kind=kind,
+            label=str(rec.get("label") or kind),
+            idempotency_key=str(rec.get("idempotency_key") or ""),
+            params=params,
+            now=config.clock(),
+            plan=d.plan,
+            prediction=eta.prediction_fields(d.plan, samples, config),
+            estimated_usd=d.quote.estimated_usd,
+            runner=RUNNER_WORKER if owner is None else RUNNER_INPROC,
+            max_attempts=d.policy.max_attempts,
+            actor=rec.get("actor") if isinstance(rec.get("actor"), Mapping) else None,
+            retryable=d.policy.retryable,
+            runner_id=owner,
+        )
+        # the new run counts against the same key at the same priority (not its delay)
+        key = limits.key_for(spec.limit_key, kind, params) if spec else rec.get("limit_key")
+        record.update(limit_key=key, priority=int(rec.get("priority") or 0))
+        runs.append((record, d.quote))
+    return runs
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """A new run of a finished job before its learned durations are read."""
+
+    rec: Mapping[str, Any]
+    spec: kinds.KindSpec | None
+    kind: str
+    params: dict[str, Any]
+    quote: Quote
+    policy: outcome.RetryPolicy
+    plan: eta.EtaPlan
+
+
+def _draft(proj: Project, row: JobRow, config: JobsConfig, owner: str | None) -> _Draft:
+    """What a new run of ``row`` is made of before its learned durations are
+    read: its kind's registration, params, quote, retry policy and ETA plan
+    (refused in one line when no process can run it)."""
     rec = row.record
     job_id, kind = rec["job_id"], str(rec.get("kind"))
     spec = kinds.kind_spec(kind)
@@ -195,7 +256,6 @@ def new_run(
         )
     params = dict(rec.get("params") or {})
     units = ids.check_units(params)
-    quote = quote_for(proj, kind, params, config)
     # this process's registration; without one, what the job was enqueued with
     # (an in-process body's run is not retried: as ``enqueue``'s)
     policy = (
@@ -203,28 +263,8 @@ def new_run(
         if owner is None
         else outcome.RetryPolicy.resolve(None, config)
     )
-    plan = eta.eta_plan(params, units, config)
-    samples = store.samples(eta.sample_keys(plan), window=config.sample_window_k)
-    record = new_record(
-        job_id=job_id,
-        kind=kind,
-        label=str(rec.get("label") or kind),
-        idempotency_key=str(rec.get("idempotency_key") or ""),
-        params=params,
-        now=config.clock(),
-        plan=plan,
-        prediction=eta.prediction_fields(plan, samples, config),
-        estimated_usd=quote.estimated_usd,
-        runner=RUNNER_WORKER if owner is None else RUNNER_INPROC,
-        max_attempts=policy.max_attempts,
-        actor=rec.get("actor") if isinstance(rec.get("actor"), Mapping) else None,
-        retryable=policy.retryable,
-        runner_id=owner,
-    )
-    # the new run counts against the same key at the same priority (not its delay)
-    key = limits.key_for(spec.limit_key, kind, params) if spec else rec.get("limit_key")
-    record.update(limit_key=key, priority=int(rec.get("priority") or 0))
-    return record, quote
+    quote = quote_for(proj, kind, params, config)
+    return _Draft(rec, spec, kind, params, quote, policy, eta.eta_plan(params, units, config))
 
 
 def _create(

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from nw.errors import InvalidValue
 from nw.jobs.api import budgets
-from nw.jobs.api.console import new_run
+from nw.jobs.api.console import new_runs
 from nw.jobs.api.handles import ProjectLike, writer
 from nw.jobs.api.launching import body_launch, hold_steps
 from nw.jobs.api.pipelines import get_pipeline
@@ -72,15 +72,12 @@ def _retry(
     by_name = {s.name: s for s in got.steps}
     now = config.clock()
     rows = store.get_many([s.job.job_id for s in redo])  # one query
-    records, quotes = [], []
-    for s in redo:
-        row = rows[s.job.job_id]
-        owner = rt.runner_id if rt is not None and s.name in here else None
-        record, quote = new_run(proj, store, row, config, owner=owner)
+    owners = [rt.runner_id if rt is not None and s.name in here else None for s in redo]
+    runs = new_runs(proj, store, [rows[s.job.job_id] for s in redo], config, owners=owners)
+    records, quotes = [record for record, _ in runs], [quote for _, quote in runs]
+    for s, record in zip(redo, records, strict=True):
         for name in (PIPELINE_FIELD, STEP_FIELD, AFTER_FIELD):
-            record[name] = row.record.get(name)
-        records.append(record)
-        quotes.append(quote)
+            record[name] = rows[s.job.job_id].record.get(name)
     roots = [all(by_name[u].job.status.value == "succeeded" for u in s.after) for s in redo]
     for record, root in zip(records, roots, strict=True):
         if root and record.get(AFTER_FIELD):
