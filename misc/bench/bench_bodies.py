@@ -1,9 +1,11 @@
 """What the benchmarks share: the kinds they register (worker processes import
 this module with ``--import bench_bodies``) and starting/stopping those workers."""
 
+import contextlib
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from nw.jobs import register_kind
@@ -17,6 +19,26 @@ def noop(project, params):
 
 
 register_kind("bench.noop", "bench_bodies:noop")
+
+
+@contextlib.contextmanager
+def scratch_database(url, prefix):
+    """A database beside ``url``'s for one run (``prefix`` and a random tail),
+    migrated by this checkout; yields its URL, dropped after."""
+    import psycopg
+
+    from nw.jobs.stores.pg_schema import migrate
+
+    base, _, _ = url.rpartition("/")
+    db = f"{prefix}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {db}")
+    try:
+        migrate(f"{base}/{db}")
+        yield f"{base}/{db}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 def start_workers(project, n, extra=(), module="nw.jobs.execution.worker"):

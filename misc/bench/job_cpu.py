@@ -32,11 +32,8 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from concurrent.futures import Future
 from pathlib import Path
-
-import psycopg
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
@@ -44,13 +41,13 @@ URL = os.environ.get("NW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:54
 
 import bench_bodies  # noqa: E402,F401  (registers bench.noop)
 from au import ComputationStatus  # noqa: E402
+from bench_bodies import scratch_database  # noqa: E402
 
 import nw  # noqa: E402
 from nw import jobs  # noqa: E402
 from nw.jobs.core import kinds, outcome  # noqa: E402
 from nw.jobs.execution.body import Launch, run_attempt  # noqa: E402
 from nw.jobs.stores import open_store  # noqa: E402
-from nw.jobs.stores.pg_schema import migrate  # noqa: E402
 from nw.jobs.stores.roles import Refill  # noqa: E402
 
 RUNNER = "bench:1:cpu"
@@ -193,29 +190,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
-    base, _, _ = args.url.rpartition("/")
-    db = f"nw_cpu_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(args.url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {db}")
-    try:
-        url = f"{base}/{db}"
-        migrate(url)
+    with scratch_database(args.url, "nw_cpu") as url:
         config = jobs.JobsConfig(database_url=url)
         out = {}
-        for name, half in (("attempt", attempt_half), ("statement", statement_half),
-                           ("launch", launch_half)):  # fmt: skip
-            project = nw.Project.init(Path(tempfile.mkdtemp()) / f"cpu-{name}")
-            out[name] = half(project, config, args.rounds, args.profile)
-            print(f"{name:>9}: {out[name]:6.1f} µs of CPU per job", flush=True)
-        print(f"{'sum':>9}: {sum(out.values()):6.1f} µs of CPU per job")
-    finally:
-        from nw.jobs.stores import close_shared_stores
-        from nw.jobs.stores.postgres import close_pools
+        try:
+            for name, half in (("attempt", attempt_half), ("statement", statement_half),
+                               ("launch", launch_half)):  # fmt: skip
+                project = nw.Project.init(Path(tempfile.mkdtemp()) / f"cpu-{name}")
+                out[name] = half(project, config, args.rounds, args.profile)
+                print(f"{name:>9}: {out[name]:6.1f} µs of CPU per job", flush=True)
+            print(f"{'sum':>9}: {sum(out.values()):6.1f} µs of CPU per job")
+        finally:
+            from nw.jobs.stores import close_shared_stores
+            from nw.jobs.stores.postgres import close_pools
 
-        close_shared_stores()
-        close_pools()
-        with psycopg.connect(args.url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            close_shared_stores()
+            close_pools()
 
 
 if __name__ == "__main__":

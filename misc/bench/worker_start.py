@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import psycopg
@@ -50,7 +49,6 @@ def _bytecode(mode: str) -> None:
 
 def starts(url: str, runs: int) -> list[float]:
     """Seconds from each worker's spawn to its first claim."""
-    sys.path[:0] = [str(ROOT), str(HERE)]
     import bench_bodies  # noqa: F401  (registers bench.noop)
 
     import nw
@@ -96,16 +94,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--bytecode", choices=["as-is", "source", "compiled", "both"], default="both")
     args = ap.parse_args()
-    base, _, _ = args.url.rpartition("/")
-    db = f"nw_start_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(args.url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {db}")
-    try:
-        url = f"{base}/{db}"
-        subprocess.run(
-            [sys.executable, "-m", "nw.cli", "db", "migrate", "--database-url", url],
-            cwd=ROOT, check=True, capture_output=True,
-        )  # fmt: skip
+    sys.path[:0] = [str(ROOT), str(HERE)]
+    from bench_bodies import scratch_database
+
+    with scratch_database(args.url, "nw_start") as url:
         modes = ["source", "compiled"] if args.bytecode == "both" else [args.bytecode]
         for mode in modes:
             _bytecode(mode)
@@ -115,9 +107,6 @@ def main() -> None:
                 f" (runs: {', '.join(f'{1000 * s:.0f}' for s in got)})",
                 flush=True,
             )
-    finally:
-        with psycopg.connect(args.url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 if __name__ == "__main__":
