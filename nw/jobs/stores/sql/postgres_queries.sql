@@ -66,6 +66,21 @@ finished_at = CASE WHEN p.c ? 'finished_at' THEN (p.c->>'finished_at')::double p
 heartbeat_at = CASE WHEN p.c ? 'heartbeat_at' THEN (p.c->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
 runner_id = CASE WHEN p.c ? 'runner_id' THEN p.c->>'runner_id' ELSE j.runner_id END
 
+-- fragment: start_picked
+-- The jobs of `picked` (a CTE before it: locked, each with `held`) that are
+-- not held start their attempt (`start_attempt`, the runner's host and pid
+-- from its row); `jb` returns their new rows. Every statement that starts
+-- jobs ends its choice with this: a claim, a start by id, the limited start.
+jb AS (
+  UPDATE nw_jobs.jobs j
+     SET {{start_attempt}}
+    FROM picked
+    LEFT JOIN nw_jobs.runners r
+      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
+   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
+  RETURNING j.*
+)
+
 -- fragment: claim_pick
 -- A claim's choice and start (`claim`, `finish_many_and_claim`): the first
 -- :limit due jobs of these kinds in claim order (priority, the actors' turns,
@@ -83,15 +98,7 @@ picked AS (
            ORDER BY priority DESC, actor_seq, created_at, job_id
            LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED) j
-), jb AS (
-  UPDATE nw_jobs.jobs j
-     SET {{start_attempt}}
-    FROM picked
-    LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
-   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id AND NOT picked.held
-  RETURNING j.*
-)
+), {{start_picked}}
 
 -- fragment: finish_batch
 -- A batch of terminal writes (`finish_many`, `finish_many_and_claim`):
@@ -350,27 +357,17 @@ SELECT c.inserted,
 -- when it may not start here: its not_before has not come, or its key has a
 -- limit (PostgresJobStore.start decides those, under the key's lock).
 WITH picked AS (
-  SELECT job_id, 0 AS queue_at FROM nw_jobs.jobs j
+  SELECT job_id, 0 AS queue_at, false AS held FROM nw_jobs.jobs j
    WHERE project_id = %(project_id)s AND job_id = %(job_id)s AND au_status = 'pending'
      AND NOT cancel_requested
      AND coalesce((doc->>'not_before')::double precision, 0) <= %(now)s
      AND (%(limited_ok)s OR limit_key IS NULL
           OR NOT EXISTS (SELECT 1 FROM nw_jobs.limits l WHERE l.limit_key = j.limit_key))
      FOR UPDATE OF j
-), jb AS (
-  UPDATE nw_jobs.jobs j
-     SET {{start_attempt}}
-    FROM picked
-    LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
-   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
-  RETURNING j.*
-)
-SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,
-       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, jb.au_status AS status, jb.au_value AS value,
-       jb.au_error AS error
-  FROM jb JOIN picked USING (job_id)
- ORDER BY picked.queue_at, jb.job_id;
+), {{start_picked}}
+SELECT {{job_columns}}
+  FROM jb j JOIN picked USING (job_id)
+ ORDER BY picked.queue_at, j.job_id;
 
 -- name: claim
 -- The first due claimable jobs of these kinds in claim order (priority, then
@@ -424,24 +421,14 @@ SELECT l.limit_key,
 -- These held jobs moved to running as by `claim` (each still queued, due and
 -- not cancelled: it was unlocked between the two statements).
 WITH picked AS (
-  SELECT job_id, u.n FROM nw_jobs.jobs j
+  SELECT job_id, u.n, false AS held FROM nw_jobs.jobs j
     JOIN unnest(%(job_ids)s::text[]) WITH ORDINALITY AS u(id, n) ON u.id = j.job_id
    WHERE j.project_id = %(project_id)s AND j.queue_at IS NOT NULL AND j.queue_at <= %(now)s
      AND j.au_status = 'pending' AND NOT j.cancel_requested
      FOR UPDATE OF j SKIP LOCKED
-), jb AS (
-  UPDATE nw_jobs.jobs j
-     SET {{start_attempt}}
-    FROM picked
-    LEFT JOIN nw_jobs.runners r
-      ON r.project_id = %(project_id)s AND r.runner_id = %(runner_id)s
-   WHERE j.project_id = %(project_id)s AND j.job_id = picked.job_id
-  RETURNING j.*
-)
-SELECT jb.job_id, jb.created_at, jb.kind, jb.attempt, jb.cancel_requested, jb.started_at,
-       jb.finished_at, jb.heartbeat_at, jb.runner_id, jb.doc, jb.au_status AS status,
-       jb.au_value AS value, jb.au_error AS error, jb.limit_key
-  FROM jb JOIN picked USING (job_id)
+), {{start_picked}}
+SELECT {{job_columns}}, j.limit_key
+  FROM jb j JOIN picked USING (job_id)
  ORDER BY picked.n;
 
 -- name: note_starts
