@@ -63,11 +63,14 @@ HEADLESS_CHROMIUM_FLAGS = (
 
 
 @contextmanager
-def python_process(script: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    """Run ``script`` (dedented) in a new interpreter with the repo importable;
-    it is killed with SIGKILL when the block ends: the crash under test."""
+def python_process(
+    script: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> Iterator[subprocess.Popen]:
+    """Run ``script`` (dedented; ``args`` its ``sys.argv[1:]``) in a new
+    interpreter with the repo importable; it is killed with SIGKILL when the
+    block ends: the crash under test."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script)],
+        [sys.executable, "-c", textwrap.dedent(script), *args],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": REPO, **(env or {})},

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -21,8 +18,8 @@ from nw.errors import InvalidValue
 from nw.jobs.execution.runtimes import existing_runtime
 from nw.jobs.stores import store_location
 from tests.fixtures import pipeline_bodies
-from tests.helpers import pipeline_ended, wait_until
-from tests.integration.workers import ROOT, start_worker, stop
+from tests.helpers import pipeline_ended, python_process, wait_until
+from tests.integration.workers import start_worker, stop
 
 IMPORT = ("--import", "tests.fixtures.pipeline_bodies")
 HERE = os.getpid()
@@ -207,23 +204,13 @@ def test_a_step_waiting_in_a_dead_process_is_ended_not_left_waiting(project, cfg
         "print(p.pipeline_id, flush=True)\n"
         "time.sleep(60)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(project.root), cfg.database_url or ""],
-        env={**os.environ, "PYTHONPATH": ROOT},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
+    with python_process(code, args=(str(project.root), cfg.database_url or "")) as proc:
         pipeline_id = proc.stdout.readline().strip()
         assert pipeline_id.startswith("pl-")
         wait_until(
             lambda: jobs.get_pipeline(project, pipeline_id, config=cfg).status == "running",
             what="a to run",
         )
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
     done = pipeline_ended(project, cfg, pipeline_id, timeout=60)
     assert done.status in ("failed", "cancelled")
     assert all(s.job.is_terminal for s in done.steps)
@@ -340,18 +327,8 @@ def test_resubmitting_a_waiting_job_whose_process_died_runs_it_here(project, cfg
         "print(j.job_id, flush=True)\n"
         "time.sleep(60)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(project.root), up.job_id, cfg.database_url or ""],
-        env={**os.environ, "PYTHONPATH": ROOT},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        theirs = proc.stdout.readline().strip()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+    with python_process(code, args=(str(project.root), up.job_id, cfg.database_url or "")) as proc:
+        theirs = proc.stdout.readline().strip()  # it enqueued its job, and dies with it waiting
     try:
         ours = jobs.enqueue(
             project, "x.step", {"n": 1}, after=[up.job_id], dispatch={"x.step": _x_step}, config=cfg
