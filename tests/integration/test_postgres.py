@@ -351,16 +351,18 @@ def two_queued(pg_url):
 def test_a_finish_the_database_refuses_fails_alone_in_its_batch(two_queued):
     from au import ComputationStatus
 
+    from nw.jobs.stores.pg_finishes import _finish_entry
+
     # Given two running jobs
     store, g, b = two_queued
     claimed = store.claim(["render"], now=1_800_000_000.0, runner_id="w", limit=2)
     attempt = {r.record["job_id"]: r.record["attempt"] for r in claimed}
-    item = {"au_status": ComputationStatus.FAILED.value, "value": None, "cols": {}, "doc": {}}
+    failed = ComputationStatus.FAILED.value
     # When one batch holds a finish PostgreSQL refuses (a NUL in text) and a good one
     results = store._finish_many(
         [
-            {**item, "job_id": g, "attempt": attempt[g], "error": "x"},
-            {**item, "job_id": b, "attempt": attempt[b], "error": "\0"},
+            _finish_entry(g, attempt[g], failed, None, "x", {}),
+            _finish_entry(b, attempt[b], failed, None, "\0", {}),
         ]
     )
     # Then the good one is written and only the bad one reports the error
@@ -540,7 +542,7 @@ def test_what_lost_claims_took_is_read_until_it_is_put_back(two_queued, monkeypa
 
 
 def test_a_refill_whose_statement_fails_is_answered_after_the_finishes_are_written(pg_url):
-    from nw.jobs.stores.columns import patch_values
+    from nw.jobs.stores.pg_finishes import _finish_entry
     from nw.jobs.stores.postgres import PostgresJobStore
     from nw.jobs.stores.roles import Refill
 
@@ -562,9 +564,8 @@ def test_a_refill_whose_statement_fails_is_answered_after_the_finishes_are_writt
         )
 
         def item(rec, error):
-            cols, doc = patch_values({"finished_at": 1_800_000_001.0})
-            return {"job_id": rec["job_id"], "attempt": rec["attempt"], "au_status": "failed",
-                    "value": None, "error": error, "cols": cols, "doc": doc}  # fmt: skip
+            fields = {"finished_at": 1_800_000_001.0}
+            return _finish_entry(rec["job_id"], rec["attempt"], "failed", None, error, fields)
 
         # When their finishes go out together and PostgreSQL refuses one (a NUL
         # in text), so the statement that also claims fails

@@ -25,7 +25,7 @@ from nw.jobs.stores.pg_database import Conn, one
 from nw.jobs.stores.roles import Refill, settled_error
 
 _FORM = "_form"
-"""A finish item's key for its JSON form (None: encoded with its batch)."""
+"""A finish item's key for its JSON form (None: it is not JSON)."""
 
 
 def _finish_entry(
@@ -36,10 +36,10 @@ def _finish_entry(
     error: str | None,
     fields: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """A finish as ``finish_many``'s ``batch`` reads it (a ``ValueError`` for
-    a field that is not a record field)."""
+    """A finish as ``finish_many``'s ``batch`` reads it, with its JSON form
+    (``_FORM``; a ``ValueError`` for a field that is not a record field)."""
     cols, doc = patch_values(fields)
-    return {
+    item = {
         "job_id": job_id,
         "attempt": attempt,
         "au_status": au_status,
@@ -48,28 +48,16 @@ def _finish_entry(
         "cols": cols,
         "doc": doc,
     }
-
-
-def _form(item: Mapping[str, Any]) -> str | None:
-    """The item's JSON form; None if it is not JSON (the batch's encoding says why)."""
     try:
-        return _dumps(item)
+        item[_FORM] = _dumps(item)
     except (TypeError, ValueError, RecursionError):
-        return None
+        item[_FORM] = None
+    return item
 
 
 def _batch(items: list[dict[str, Any]]) -> Jsonb:
     """A batch of finish items as one ``jsonb`` parameter, from their forms."""
-
-    def dumps(batch: list[dict[str, Any]]) -> str:
-        forms = (  # an item made without its form (``_finish_many`` called directly)
-            item[_FORM] if item.get(_FORM) is not None
-            else _dumps({k: v for k, v in item.items() if k != _FORM})
-            for item in batch
-        )  # fmt: skip
-        return f"[{','.join(forms)}]"
-
-    return Jsonb(items, dumps=dumps)
+    return Jsonb(items, dumps=lambda batch: f"[{','.join(item[_FORM] for item in batch)}]")
 
 
 class PgFinishes(PgClaims):
@@ -112,12 +100,11 @@ class PgFinishes(PgClaims):
             raise JobStoreError("this job store was opened read-only")
         status = ComputationStatus(au_status).value
         item = _finish_entry(job_id, attempt, status, result, error, fields)
-        form = _form(item)
-        if form is None or not clean_form(form):  # text to replace, or not JSON: part by part
+        if item[_FORM] is None or not clean_form(item[_FORM]):  # text to replace, or not JSON
             result, error, fields = as_stored(job_id, result, error, fields)
             item = _finish_entry(job_id, attempt, status, result, error, fields)
-            form = _dumps(item)  # not JSON: refused alone, before it joins a batch
-        item[_FORM] = form
+            if item[_FORM] is None:  # not JSON even so: refused alone, before it joins a batch
+                _dumps(item)  # raises the encoder's error
         return item
 
     def _finish_many(self, items: list[dict[str, Any]]) -> list[Any]:
