@@ -12,7 +12,7 @@ from nw.errors import InvalidType, InvalidValue
 from nw.jobs.api import budgets, costing
 from nw.jobs.api.enqueueing import record_of
 from nw.jobs.api.handles import writer
-from nw.jobs.api.launching import dead_duplicate, hold_step
+from nw.jobs.api.launching import dead_duplicate
 from nw.jobs.core import eta
 from nw.jobs.core.checks import could_name_a_job
 from nw.jobs.core.model import Job, JobsConfig
@@ -97,7 +97,7 @@ def enqueue_after(
             [record], claimable=[False], admit=admit, also=pipelines_of(store).linker(links)
         )
     if made and rt is not None and launch is not None:
-        hold_step(store, rt, row, launch, config)
+        rt.take(row, launch)
     if links.released:
         store.wake_workers()
     fresh = store.get(item.job_id) if made else row

@@ -316,7 +316,7 @@ def enqueue(
         row, created = store.create(record, claimable=fn is None, admit=admit)
     if created and rt is not None:
         assert launch is not None  # a runtime is taken only for a body
-        launching.hold_step(store, rt, row, launch, config)
+        rt.take(row, launch)
     worker = None if created else worker_seen(store, row)
     return to_job(row, config.clock(), config, worker)
 
@@ -483,7 +483,7 @@ def enqueue_many(
             for k, (row, made) in enumerate(results)
             if made and (fn := prepared[unique[k]].fn) is not None
         ]
-        launching.hold_steps(store, rt, held, config)
+        rt.take_all(held)
     now = config.clock()
     jobs = {unique[k]: to_job(row, now, config) for k, (row, _) in enumerate(results)}
     return [jobs[first[item.job_id]] for item in prepared]

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from nw.jobs.core import outcome
 from nw.jobs.core.model import ACTIVE_STATUSES, JobsConfig
 from nw.jobs.core.records import JobRow
 from nw.jobs.execution import credentials, recovery
@@ -18,44 +17,6 @@ from nw.jobs.execution.body import Launch
 from nw.jobs.execution.runtime import Runtime
 from nw.jobs.stores.base import JobStore
 from nw.project import Project
-
-
-def hold_step(
-    store: JobStore, rt: Runtime, row: JobRow, launch: Launch, config: JobsConfig
-) -> None:
-    """A new in-process job held by this process: to the pool at its priority
-    (or when its delay ends), or, for a step that waits on upstreams, until
-    they release it; a runtime that cannot take it ends it through the
-    outcome policy (``unlaunched``). Its priority and delay are its record's."""
-    rec = row.record
-    try:
-        if rec.get("after"):
-            rt.submit_after(rec["job_id"], launch)
-        else:
-            priority = int(rec.get("priority") or 0)
-            rt.submit(rec["job_id"], launch, priority=priority, not_before=rec.get("not_before"))
-    except BaseException as exc:  # e.g. the runtime is shutting down
-        fail_unlaunched(store, row, exc, config)
-        raise
-
-
-def hold_steps(
-    store: JobStore,
-    rt: Runtime,
-    held: list[tuple[JobRow, Launch]],
-    config: JobsConfig,
-) -> None:
-    """``hold_step`` of each new in-process job ``(row, launch)``: one the
-    runtime cannot take is ended (unlaunched) and the rest still held; the
-    first such error is raised after."""
-    failed: BaseException | None = None
-    for row, launch in held:
-        try:
-            hold_step(store, rt, row, launch, config)
-        except Exception as exc:
-            failed = failed or exc
-    if failed is not None:
-        raise failed
 
 
 def body_launch(
@@ -92,10 +53,3 @@ def dead_duplicate(store: JobStore, row: JobRow, rt: Runtime | None, config: Job
     holds = rt.holds if rt is not None else (lambda _id: False)
     fresh = recovery.maybe_reap(store, row, config.clock(), config, holds)
     return fresh.status not in ACTIVE_STATUSES
-
-
-def fail_unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: JobsConfig) -> None:
-    """An in-process job whose body could not be handed to the runtime: ended
-    as the outcome policy decides (``outcome.end_unlaunched``)."""
-    message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
-    outcome.end_unlaunched(store, row, message, config).result()

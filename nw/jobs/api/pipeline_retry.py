@@ -10,7 +10,7 @@ from nw.errors import InvalidValue
 from nw.jobs.api import budgets
 from nw.jobs.api.console import new_runs
 from nw.jobs.api.handles import ProjectLike, writer
-from nw.jobs.api.launching import body_launch, hold_steps
+from nw.jobs.api.launching import body_launch
 from nw.jobs.api.pipelines import get_pipeline
 from nw.jobs.core.model import DEFAULT_CONFIG, Job, JobsConfig
 from nw.jobs.core.pipelines import AFTER_FIELD, PIPELINE_FIELD, STEP_FIELD, Edge, Pipeline
@@ -108,7 +108,7 @@ def _retry(
             for s, (row, created) in zip(redo, made, strict=True)
             if created and s.name in launches
         ]
-        hold_steps(store, rt, held, config)
+        rt.take_all(held)
     if links.released:
         store.wake_workers()
     return True

@@ -21,7 +21,7 @@ from typing import Any
 from nw.jobs.api import budgets, costing, tracing
 from nw.jobs.api.enqueueing import BatchMemo, prepare_item, record_of
 from nw.jobs.api.handles import ProjectLike, reader, writer
-from nw.jobs.api.launching import body_launch, hold_steps
+from nw.jobs.api.launching import body_launch
 from nw.jobs.api.reads import queue_waits, read_job, reap_rows
 from nw.jobs.core import eta
 from nw.jobs.core.checks import check_actor, check_label, named
@@ -275,7 +275,7 @@ def enqueue_pipeline(
             for name, (row_, created) in zip(plan.order, made, strict=True)
             if created and name in launches
         ]
-        hold_steps(store, rt, held, config)
+        rt.take_all(held)
     if links.released:
         store.wake_workers()
     got = get_pipeline(proj, plan.pipeline_id, config=config)

@@ -34,7 +34,7 @@ from au import (
 from nw.jobs.core import kinds, outcome
 from nw.jobs.core.limits import NotYet
 from nw.jobs.core.model import RUNNER_INPROC, JobsConfig
-from nw.jobs.core.records import JobRow
+from nw.jobs.core.records import JobRow, waits_on_upstreams
 from nw.jobs.execution import procs
 from nw.jobs.execution.body import Launch, run_attempt
 from nw.jobs.execution.journal import Finishing
@@ -48,6 +48,21 @@ from nw.jobs.stores.base import JobStore
 log = logging.getLogger("nw.jobs")
 #: How often an in-process job held by a delay or a full limit asks again.
 NOT_YET_POLL_S = 0.2
+
+
+def _placement(rec: Any) -> tuple[int, float | None]:
+    """A held job's place in the pool, as its record stores it: its priority
+    and its due time (``not_before``; None: now)."""
+    not_before = rec.get("not_before")
+    due = float(not_before) if isinstance(not_before, (int, float)) else None
+    return int(rec.get("priority") or 0), due
+
+
+def unlaunched(store: JobStore, row: JobRow, exc: BaseException, config: JobsConfig) -> None:
+    """An in-process job whose body this process could not hand to its pool:
+    ended as the outcome policy decides (``outcome.end_unlaunched``)."""
+    message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
+    outcome.end_unlaunched(store, row, message, config).result()
 
 
 class Runtime:
@@ -181,21 +196,46 @@ class Runtime:
             self._unhold(job_id, launch, before)
             raise
 
+    def take(self, row: JobRow, launch: Launch) -> None:
+        """Hold a new in-process job as its record says: a step whose upstreams
+        have not released it until they do (``submit_after``), any other for
+        the pool at its priority, once its delay ends (``submit``). One this
+        runtime cannot take is ended (``unlaunched``) and the error raised."""
+        job_id = row.record["job_id"]
+        try:
+            if waits_on_upstreams(row.record):
+                self.submit_after(job_id, launch)
+            else:
+                priority, due = _placement(row.record)
+                self.submit(job_id, launch, priority=priority, not_before=due)
+        except BaseException as exc:  # e.g. the runtime is shutting down
+            unlaunched(self.store, row, exc, self.config)
+            raise
+
+    def take_all(self, held: list[tuple[JobRow, Launch]]) -> None:
+        """``take`` of each new in-process job ``(row, launch)``: one this
+        runtime cannot take is ended (unlaunched) and the rest still held; the
+        first such error is raised after."""
+        failed: BaseException | None = None
+        for row, launch in held:
+            try:
+                self.take(row, launch)
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
     def _released(self, row: JobRow) -> None:
         job_id = row.record["job_id"]
         with self._lock:
             launch = self._launches.get(job_id)
         if launch is None:
             return
-        rec = row.record  # its priority and delay as stored
-        not_before = rec.get("not_before")
-        due = float(not_before) if isinstance(not_before, (int, float)) else None
         try:
-            self._schedule(job_id, launch, int(rec.get("priority") or 0), due)
+            self._schedule(job_id, launch, *_placement(row.record))
         except Exception as exc:  # no thread to be had: ended as a failed launch is
-            message = f"could not start the job in this process: {type(exc).__name__}: {exc}"
             try:
-                outcome.end_unlaunched(self.store, row, message, self.config).result()
+                unlaunched(self.store, row, exc, self.config)
             finally:
                 self._release(job_id, launch)
             raise
