@@ -171,22 +171,8 @@ def _retry(
             f"job {row.record['job_id']} is {status}: only a failed or cancelled job is retried"
             f" ({why})"
         )
-    record, quote = new_run(proj, store, row, config)
+    [(record, quote)] = new_runs(proj, store, [row], config)
     return _create(store, record, quote, approved=approved, config=config)
-
-
-def new_run(
-    proj: Project,
-    store: JobStore,
-    row: JobRow,
-    config: JobsConfig,
-    *,
-    owner: str | None = None,
-) -> tuple[dict[str, Any], Quote]:
-    """The record of a new run of a finished job, and today's quote for it;
-    ``owner``: the runtime of this process that runs it (a ``dispatch`` body,
-    ``retry_pipeline``'s in-process tier), else workers do."""
-    return new_runs(proj, store, [row], config, owners=[owner])[0]
 
 
 def new_runs(
@@ -197,8 +183,10 @@ def new_runs(
     *,
     owners: Sequence[str | None] | None = None,
 ) -> list[tuple[dict[str, Any], Quote]]:
-    """``new_run`` of each of ``rows`` (``owners[k]``: the runtime that runs
-    row k, None or absent: workers), their learned durations read in one query."""
+    """The records of new runs of finished jobs (``rows``) and today's quote
+    for each; ``owners[k]``: the runtime of this process that runs row k (a
+    ``dispatch`` body, ``retry_pipeline``'s in-process tier), None or absent:
+    workers do. Their learned durations are read in one query."""
     owners = list(owners) if owners is not None else [None] * len(rows)
     drafts = [_draft(proj, row, config, owner) for row, owner in zip(rows, owners, strict=True)]
     keys = list(dict.fromkeys(key for d in drafts for key in eta.sample_keys(d.plan)))

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
-from nw.jobs.core.records import JobRow
+from nw.jobs.core.records import JobRow, waits_on_upstreams
 from nw.jobs.stores.roles import JobReads
 
 log = logging.getLogger("nw.jobs")
@@ -38,7 +38,7 @@ def turn_of(row: JobRow | None) -> Turn:
     (released), let it go (ended, gone, or started elsewhere), or wait."""
     if row is None or row.status.value != "queued":
         return "ended"
-    return "start" if row.record.get("released_at") is not None else "wait"
+    return "wait" if waits_on_upstreams(row.record) else "start"
 
 
 class StepWaits:
