@@ -135,6 +135,19 @@ def test_a_waiting_step_holds_no_pool_thread(project, cfg, tmp_path):
     assert done.status.value == "succeeded" and done.result["pid"] == HERE
 
 
+def _steps_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "nw-steps" and t.is_alive()]
+
+
+def test_the_thread_reading_waiting_steps_ends_when_none_is_left(project, cfg):
+    steps = {"a": {"kind": "p.step", "params": {"name": "a"}},
+             "b": {"kind": "p.step", "params": {"name": "b"}, "after": ["a"]}}  # fmt: skip
+    p = jobs.enqueue_pipeline(project, steps, dispatch=HERE_BODIES, config=cfg)
+    assert pipeline_ended(project, cfg, p.pipeline_id).status == "succeeded"
+    # b waited on a thread of its own; with nothing left to wait for, it ends
+    assert wait_until(lambda: not _steps_threads(), what="the steps' thread to end")
+
+
 def test_a_failed_step_stops_the_waiting_ones_and_they_are_let_go(project, cfg):
     steps = {
         "a": {"kind": "p.fail", "params": {"name": "a"}},

@@ -10,7 +10,8 @@ the waiting steps are read here instead: one thread per runtime reads them
 all in one ``get_many`` when the store's change signal fires (the OS's report
 of a write to the embedded store's folder; on PostgreSQL the ``NOTIFY`` of
 the statement that ends a job), and every ``RECHECK_S`` besides (a lost
-signal costs latency, never a step). A released step goes to the pool, where
+signal costs latency, never a step); the thread ends when no step is left.
+A released step goes to the pool, where
 its start still obeys its delay and its key's limit; a step the store ended
 instead (an upstream failed, a cancel) lets go of its hold.
 """
@@ -86,6 +87,10 @@ class StepWaits:
                     self.check()
                 except Exception:  # a round that failed is read again, never the end
                     log.exception("in-process steps: a round of reads failed")
+                with self._lock:  # none left: the thread goes (``add`` starts another)
+                    if not self._waiting:
+                        self._thread = None
+                        return
                 self._signal.wait(RECHECK_S)
         finally:
             if unsubscribe is not None:
