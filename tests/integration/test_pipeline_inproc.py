@@ -200,10 +200,41 @@ def test_cancel_pipeline_lets_a_delayed_step_go_at_once(project, cfg):
     assert wait_until(lambda: idle(project, cfg), what="the runtime to let go of a")
 
 
-def test_a_step_waiting_in_a_dead_process_is_ended_not_left_waiting(project, cfg, tmp_path):
+def test_a_step_waiting_in_a_dead_process_is_ended_not_left_waiting(project, cfg):
+    # Another process enqueues a step after an upstream that runs here, and
+    # dies: its waiting step is ended (orphaned) by the readers while the
+    # upstream still runs, not left queued for a process that is gone.
+    GATES["o"] = threading.Event()
+    try:
+        up = jobs.enqueue(
+            project, "p.gate", {"name": "up", "gate": "o"}, dispatch=HERE_BODIES, config=cfg
+        )
+        code = (
+            "import sys, time; from nw import jobs, Project; from nw.jobs import JobsConfig\n"
+            "cfg = JobsConfig(database_url=sys.argv[3] or None, heartbeat_interval_s=0.2)\n"
+            "j = jobs.enqueue(Project(sys.argv[1]), 'x.step', {'n': 2}, after=[sys.argv[2]],"
+            " dispatch={'x.step': lambda project, params: {}}, config=cfg)\n"
+            "print(j.job_id, flush=True)\n"
+            "time.sleep(60)\n"
+        )
+        args = (str(project.root), up.job_id, cfg.database_url or "")
+        with python_process(code, args=args) as proc:
+            theirs = proc.stdout.readline().strip()
+        ended = wait_until(
+            lambda: (j := jobs.get_job(project, theirs, config=cfg)).is_terminal and j,
+            timeout=60,
+            what="the dead process's step to be ended",
+        )
+        assert ended.status == jobs.FAILED and ended.error.startswith(jobs.REAPED_REASON)
+        assert jobs.get_job(project, up.job_id, config=cfg).status == jobs.RUNNING
+    finally:
+        GATES["o"].set()
+
+
+def test_a_pipeline_whose_process_dies_mid_run_ends(project, cfg):
     # The process that holds the in-process steps is killed while its first
-    # step runs: readers end the steps (orphaned), the pipeline does not
-    # stay "running" forever.
+    # step runs: readers end that step and the one after it, the pipeline
+    # does not stay "running" forever.
     code = (
         "import os, sys, time; from nw import jobs, Project; from nw.jobs import JobsConfig\n"
         "def hold(project, params):\n"
