@@ -55,6 +55,8 @@ def test_refusals_are_one_line_and_write_nothing(project, tmp_path):
         nw_jobs("pipeline", "show", "pl-none", *where, "--import", "no_such_module_here"),
         "--import no_such_module_here: No module named",
     )
-    one_line_error(nw_jobs("enqueue", "--batch", str(spec), *where), "--batch ")
+    one_line_error(
+        nw_jobs("enqueue", "--batch", str(spec), *where), f"--batch {spec} is not UTF-8 text"
+    )
     one_line_error(nw_jobs("pipeline", "show", "pl-none", *where), "no pipeline pl-none")
     assert jobs.list_jobs(project) == []
