@@ -39,6 +39,7 @@ from typing import Any
 from nw.errors import ApprovalRequired, InvalidType, InvalidValue
 from nw.jobs.api import costing
 from nw.jobs.api.handles import ProjectLike, reader
+from nw.jobs.core.checks import named
 from nw.jobs.core.model import DEFAULT_CONFIG, JobsConfig
 from nw.jobs.stores import shared_store
 from nw.project import as_project
@@ -197,9 +198,7 @@ def check_approval(
                 quote_usd=quote.estimated_usd, threshold_usd=policy.threshold(config)
             )
             name = names[k] if names is not None else None
-            if name is not None:
-                exc.args = (f"{name}: {exc.args[0]}",)
-            raise exc
+            raise exc if name is None else named(exc, name)
 
 
 def gate_stored(

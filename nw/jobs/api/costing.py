@@ -26,6 +26,7 @@ from typing import Any
 
 from nw import plans, pricing
 from nw.jobs.core import ids
+from nw.jobs.core.checks import named
 from nw.jobs.core.errors import BudgetExceeded, InvalidValue
 from nw.jobs.core.model import ACTIVE_STATUSES, UNREADABLE_PLAN_REASON, JobsConfig
 from nw.project import Project
@@ -188,9 +189,7 @@ def refuse_over(
             budget=budget,
         )
         name = names[k] if names is not None else None
-        if name is not None:
-            exc.args = (f"{name}: {exc.args[0]}",)
-        raise exc
+        raise exc if name is None else named(exc, name)
 
 
 NO_SPEND: Mapping[str, Any] = MappingProxyType(

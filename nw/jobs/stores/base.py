@@ -189,10 +189,6 @@ def as_stored(
     return result, error, kept
 
 
-def utc_iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC).isoformat()
-
-
 def rollup_rows(rows: Iterable[JobRow]) -> list[dict[str, Any]]:
     """What pruned jobs carried, folded per UTC day, kind, actor, status and grade
     (what a store adds to its rollup before it deletes them)."""

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from nw.jobs.core.errors import JobStoreError, JobStoreUnreachable
 from nw.jobs.core.records import JobRow
+from nw.jobs.core.status import CANCELLED_BEFORE_START
 from nw.jobs.core.storable import clean_form, storable_fields
 from nw.jobs.stores.base import (
     as_stored,
@@ -202,8 +203,7 @@ class PgFinishes(PgClaims):
         return self._exec("requeue", args, lambda cur: cur.fetchone()["requeued"]) > 0
 
     def request_cancel(self, job_id: str, *, now: float) -> JobRow | None:
-        why = {"error": "cancelled before start", "error_kind": "cancelled"}
-        params = self._params({"job_id": job_id, "now": now, "doc": _jsonb(why)})
+        params = self._params({"job_id": job_id, "now": now, "doc": _jsonb(CANCELLED_BEFORE_START)})
 
         def op(conn: Conn, _retried: bool) -> JobRow | None:
             # Two statements, each committed as it runs: a process frozen between
