@@ -217,6 +217,3 @@ class PgClaims(PgBase):
         else:
             args = {"key": key, "max_running": max_running, "per_second": per_second, "now": now}
             self._exec("set_limit", args)
-
-    def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._read("queue_ahead", {"limit": int(limit)})]

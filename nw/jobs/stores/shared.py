@@ -117,6 +117,11 @@ class SharedStore(JobStore):
             for r in self._all("limits", {"now": now})
         ]
 
+    def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
+        if not self._has("limits"):  # an older file, read-only: no claim order to replay
+            return []
+        return [dict(r) for r in self._all("queue_ahead", {"limit": int(limit)})]
+
     def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
         rows = self._all("get_many", {"job_ids": self._to_list(list(dict.fromkeys(job_ids)))})
         return {r["job_id"]: self._row(r) for r in rows}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from nw.jobs.core import limits
 from nw.jobs.core.records import JobRow
@@ -119,10 +118,3 @@ class SqliteClaims(SqliteBase):
                 c.execute(Q["delete_limit"], args)
             else:
                 c.execute(Q["set_limit"], args)
-
-    def queue_ahead(self, *, limit: int) -> list[dict[str, Any]]:
-        with self._cursor() as c:
-            if not self._has("limits"):  # an older file, read-only: no claim order to replay
-                return []
-            query = self._query("queue_ahead")
-            return [dict(r) for r in c.execute(query, {"limit": int(limit)})]
