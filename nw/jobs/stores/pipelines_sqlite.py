@@ -6,8 +6,8 @@ all ended well become claimable, and when the job failed or was cancelled the
 waiting jobs below it (through edges without ``allow_failure``, at any depth)
 are cancelled, saying which upstream step stopped them. A bounded number of
 statements whatever the fan-out: one read of whether it has dependents, one
-of how it ended, one release statement and one marking the released records
-(and, on a failure, one recursive read and two updates). The file has one
+of how it ended and one release statement (and, on a failure, one recursive
+read and one update). The file has one
 writer at a time, so a dependent's upstreams are read rather than counted."""
 
 from __future__ import annotations
@@ -42,10 +42,7 @@ def settle(c: sqlite3.Connection, job_id: str, now: float) -> int:
     ended = [job_id]
     if not r["ok"]:
         ended += cancel_below(c, job_id, r["step"] or job_id, r["status"], now)
-    released = [r[0] for r in c.execute(Q["release"], {"ids": json.dumps(ended), "now": now})]
-    if released:
-        c.execute(Q["mark_released"], {"ids": json.dumps(released), "now": now})
-    return len(released)
+    return len(c.execute(Q["release"], {"ids": json.dumps(ended), "now": now}).fetchall())
 
 
 def cancel_below(c: sqlite3.Connection, job_id: str, via: str, state: str, now: float) -> list[str]:
@@ -101,7 +98,6 @@ class SqlitePipelines(PipelineStore):
             if start.released:
                 ids = json.dumps(start.released)
                 c.execute(Q["release_ids"], {"ids": ids, "now": links.now}).fetchall()
-                c.execute(Q["mark_released"], {"ids": ids, "now": links.now})
                 links.released.extend(start.released)
             for job, (via, state) in start.doomed.items():
                 _cancel(c, [job], stopped_by(via, state), via, links.now)

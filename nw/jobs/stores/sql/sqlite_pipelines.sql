@@ -52,11 +52,13 @@ SELECT j.finished_at IS NOT NULL AS finished,
 -- name: release
 -- The dependents of the jobs in :ids (a JSON array) whose every upstream has
 -- ended and succeeded (or may fail: allow_failure) become claimable, due at
--- :now or at their own not_before. The file's one writer decides, so no
--- count is kept: the dependents' upstreams are read. Only waiting jobs move
--- (queued, never claimable yet, not started, not cancelled).
+-- :now or at their own not_before, and their records say when they were
+-- released (`released_at`: a queued job with `after` and none reads
+-- "waiting: after ..."). The file's one writer decides, so no count is kept:
+-- the dependents' upstreams are read. Only waiting jobs move (queued, never
+-- claimable yet, not started, not cancelled).
 UPDATE jobs AS j
-   SET queue_at = {{release_due}}
+   SET queue_at = {{release_due}}, doc = json_set(j.doc, '$.released_at', :now)
  WHERE j.job_id IN (SELECT e.job_id FROM job_edges e
                      WHERE e.upstream_id IN (SELECT value FROM json_each(:ids)))
    AND j.au_status = 'pending' AND j.queue_at IS NULL
@@ -69,12 +71,6 @@ UPDATE jobs AS j
                    AND ((uj.au_status = 'completed' AND NOT uj.cancel_requested)
                         OR u.allow_failure)))
 RETURNING job_id;
-
--- name: mark_released
--- The record says when its upstreams released it (``released_at``): a
--- queued job with `after` and no `released_at` reads "waiting: after ...".
-UPDATE jobs SET doc = json_set(doc, '$.released_at', :now)
- WHERE job_id IN (SELECT value FROM json_each(:ids));
 
 -- name: doomed
 -- The waiting jobs below :job_id through edges without allow_failure (any
@@ -106,9 +102,10 @@ SELECT pipeline_id, created_at, label, actor_id, doc FROM pipelines
 SELECT step, job_id FROM pipeline_steps WHERE pipeline_id = :pipeline_id ORDER BY step;
 
 -- name: release_ids
--- A create's new waiting jobs whose upstreams had all ended well already.
+-- A create's new waiting jobs whose upstreams had all ended well already,
+-- released as by `release`.
 UPDATE jobs AS j
-   SET queue_at = {{release_due}}
+   SET queue_at = {{release_due}}, doc = json_set(j.doc, '$.released_at', :now)
  WHERE j.job_id IN (SELECT value FROM json_each(:ids)) AND j.au_status = 'pending'
    AND j.queue_at IS NULL
 RETURNING job_id;
