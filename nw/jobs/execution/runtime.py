@@ -191,7 +191,7 @@ class Runtime:
             with self._lock:
                 if self._steps is None:
                     self._steps = StepWaits(self.store, self._released, self._release)
-            self._steps.add(job_id)
+            self._steps.add(job_id, launch)
         except BaseException:
             self._unhold(job_id, launch, before)
             raise

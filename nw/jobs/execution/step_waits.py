@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from nw.jobs.core.records import JobRow, waits_on_upstreams
 from nw.jobs.stores.roles import JobReads
@@ -44,27 +44,29 @@ def turn_of(row: JobRow | None) -> Turn:
 
 class StepWaits:
     """The in-process steps one runtime holds until their upstreams release them.
-    ``start(row)`` is called for a released step, ``ended(job_id)`` for one the
-    store ended first; each step once, on this object's thread."""
+    ``start(row)`` is called for a released step, ``ended(job_id, hold)`` for one
+    the store ended first (``hold``: what ``add`` was given with it); each step
+    once, on this object's thread. A step added again meanwhile (a retry of the
+    same id) is not acted on for the read of the one before it."""
 
     def __init__(
         self,
         store: JobReads,
         start: Callable[[JobRow], None],
-        ended: Callable[[str], None],
+        ended: Callable[[str, Any], None],
     ):
         self._store = store
         self._start = start
         self._ended = ended
-        self._waiting: set[str] = set()
+        self._waiting: dict[str, Any] = {}  # job id -> its hold
         self._lock = threading.Lock()
         self._signal = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, job_id: str) -> None:
+    def add(self, job_id: str, hold: Any) -> None:
         with self._lock:
-            self._waiting.add(job_id)
+            self._waiting[job_id] = hold
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="nw-steps", daemon=True)
                 self._thread.start()
@@ -99,9 +101,10 @@ class StepWaits:
     def check(self) -> None:
         """Read every waiting step once and act on what it says."""
         with self._lock:
-            ids = list(self._waiting)
-        if not ids:
+            held = dict(self._waiting)
+        if not held:
             return
+        ids = list(held)
         try:
             rows = self._store.get_many(ids)
         except Exception:
@@ -113,13 +116,15 @@ class StepWaits:
             if turn == "wait":
                 continue
             with self._lock:
-                self._waiting.discard(job_id)
+                if self._waiting.get(job_id) is not held[job_id]:
+                    continue  # added again since the read: the next round reads it
+                del self._waiting[job_id]
             try:
                 if turn == "start":
                     assert row is not None
                     self._start(row)
                 else:
-                    self._ended(job_id)
+                    self._ended(job_id, held[job_id])
             except Exception:
                 log.exception("in-process step %s: could not be handed on", job_id)
 
