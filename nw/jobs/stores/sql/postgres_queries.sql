@@ -66,6 +66,17 @@ finished_at = CASE WHEN p.c ? 'finished_at' THEN (p.c->>'finished_at')::double p
 heartbeat_at = CASE WHEN p.c ? 'heartbeat_at' THEN (p.c->>'heartbeat_at')::double precision ELSE j.heartbeat_at END,
 runner_id = CASE WHEN p.c ? 'runner_id' THEN p.c->>'runner_id' ELSE j.runner_id END
 
+-- fragment: limit_running
+-- How many jobs of limit `l`'s key run now, database-wide (started, not
+-- finished: a finish, requeue or reap lets a slot go by the write it makes).
+(SELECT count(*) FROM nw_jobs.jobs r
+  WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL AND r.finished_at IS NULL)
+
+-- fragment: limit_recent_starts
+-- How many of limit `l`'s starts fall in the last second (its `per_second`
+-- window, limits.RATE_WINDOW_S).
+(SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
+
 -- fragment: start_picked
 -- The jobs of `picked` (a CTE before it: locked, each with `held`) that are
 -- not held start their attempt (`start_attempt`, the runner's host and pid
@@ -380,10 +391,8 @@ SELECT {{job_columns}}
 WITH blocked AS MATERIALIZED (
   SELECT l.limit_key FROM nw_jobs.limits l
    WHERE l.limit_key = ANY(%(skip_keys)s::text[])
-      OR l.max_running <= (SELECT count(*) FROM nw_jobs.jobs r
-                            WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
-                              AND r.finished_at IS NULL)
-      OR l.per_second <= (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
+      OR l.max_running <= {{limit_running}}
+      OR l.per_second <= {{limit_recent_starts}}
 ), {{claim_pick}}
 SELECT picked.held, picked.limit_key, picked.job_id, jb.created_at, jb.kind, jb.attempt,
        jb.cancel_requested, jb.started_at, jb.finished_at, jb.heartbeat_at, jb.runner_id,
@@ -408,11 +417,8 @@ SELECT limit_key FROM nw_jobs.limits
 -- max_running (running: started and not finished, database-wide) and the
 -- starts left in the last second under per_second; NULL: no cap of that sort.
 SELECT l.limit_key,
-       l.max_running - (SELECT count(*) FROM nw_jobs.jobs r
-                         WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
-                           AND r.finished_at IS NULL) AS running_room,
-       l.per_second - (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
-         AS rate_room,
+       l.max_running - {{limit_running}} AS running_room,
+       l.per_second - {{limit_recent_starts}} AS rate_room,
        (SELECT min(t) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0) AS oldest_start
   FROM nw_jobs.limits l
  WHERE l.limit_key = ANY(%(keys)s::text[]);
@@ -465,10 +471,8 @@ DELETE FROM nw_jobs.limits WHERE limit_key = %(key)s;
 -- name: limits
 -- Every limit with its running count (database-wide), by key.
 SELECT l.limit_key, l.max_running, l.per_second,
-       (SELECT count(*) FROM nw_jobs.jobs r
-         WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
-           AND r.finished_at IS NULL) AS running,
-       (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0) AS started_last_s
+       {{limit_running}} AS running,
+       {{limit_recent_starts}} AS started_last_s
   FROM nw_jobs.limits l
  ORDER BY l.limit_key;
 
@@ -524,7 +528,7 @@ WITH {{finish_batch}}, blocked AS MATERIALIZED (
                               AND r.finished_at IS NULL
                               AND NOT (r.project_id = %(project_id)s
                                        AND r.job_id = ANY(%(job_ids)s::text[])))
-      OR l.per_second <= (SELECT count(*) FROM unnest(l.starts) t WHERE t > %(now)s - 1.0)
+      OR l.per_second <= {{limit_recent_starts}}
 ), {{claim_pick}}
 SELECT (SELECT coalesce(array_agg(job_id), '{}') FROM fj) AS finished,
        (SELECT pg_notify(%(changes_channel)s, '') FROM (SELECT 1 FROM fj LIMIT 1) x) IS NULL

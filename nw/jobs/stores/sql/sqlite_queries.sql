@@ -186,13 +186,16 @@ SELECT j.job_id, j.limit_key FROM jobs j INDEXED BY jobs_claim
  ORDER BY j.priority DESC, j.actor_seq, j.created_at, j.job_id
  LIMIT :limit;
 
+-- fragment: limit_running
+-- How many jobs of limit `l`'s key run now (started, not finished).
+(SELECT count(*) FROM jobs r
+  WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL AND r.finished_at IS NULL)
+
 -- name: limit_rooms
 -- Every limit of the project with its running count (started, not finished)
 -- and its start log (read under the write lock, so the counts are exact).
 SELECT l.limit_key, l.max_running, l.per_second, l.starts,
-       (SELECT count(*) FROM jobs r
-         WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
-           AND r.finished_at IS NULL) AS running
+       {{limit_running}} AS running
   FROM limits l
  ORDER BY l.limit_key;
 
@@ -200,9 +203,7 @@ SELECT l.limit_key, l.max_running, l.per_second, l.starts,
 -- Every limit with its running count and its starts in the last second
 -- (as on PostgreSQL; `limit_rooms` is the claim's read, with the start log).
 SELECT l.limit_key, l.max_running, l.per_second,
-       (SELECT count(*) FROM jobs r
-         WHERE r.limit_key = l.limit_key AND r.started_at IS NOT NULL
-           AND r.finished_at IS NULL) AS running,
+       {{limit_running}} AS running,
        (SELECT count(*) FROM json_each(l.starts) WHERE value > :now - 1.0) AS started_last_s
   FROM limits l
  ORDER BY l.limit_key;
