@@ -226,6 +226,24 @@ SELECT job_id FROM nw_jobs.jobs
  WHERE project_id = %(project_id)s
  ORDER BY created_at DESC, job_id DESC;
 
+-- fragment: queue_head
+-- The turn just before the head of the project's queue (fair share: a
+-- newcomer's first turn is never behind it).
+coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
+           WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
+           ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1
+
+-- fragment: actor_turn
+-- A new job's `actor_seq`: one past its actor's newest unfinished turn, and
+-- never behind the head of the queue (`create`, `replace`; `create_many`
+-- reads both once per actor of its batch).
+(SELECT greatest(
+   coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
+              WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
+                AND coalesce(a.actor_id, '') = coalesce(%(actor_id)s, '')
+              ORDER BY a.actor_seq DESC LIMIT 1), 0),
+   {{queue_head}}) + 1)
+
 -- name: lock_project_creates
 -- Serialises the creates of one project for the length of a transaction (the
 -- budget gate reads the committed spend inside it).
@@ -247,14 +265,7 @@ WITH jb AS (
   VALUES (%(project_id)s, %(job_id)s, %(created_at)s, %(kind)s, %(idempotency_key)s,
           %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
           %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', %(queue_at)s, %(limit_key)s,
-          %(priority)s, (SELECT greatest(
-            coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
-                       WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
-                         AND coalesce(a.actor_id, '') = coalesce(%(actor_id)s, '')
-                       ORDER BY a.actor_seq DESC LIMIT 1), 0),
-            coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
-                       WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
-                       ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1))
+          %(priority)s, {{actor_turn}})
   ON CONFLICT (project_id, job_id) DO NOTHING
   RETURNING job_id
 )
@@ -276,14 +287,7 @@ WITH jb AS (
           %(actor_id)s, %(attempt)s, %(cancel_requested)s, %(started_at)s, %(finished_at)s,
           %(heartbeat_at)s, %(runner_id)s, %(doc)s, 'pending', NULL, NULL, NULL, NULL,
           %(queue_at)s, NULL,
-          %(limit_key)s, %(priority)s, (SELECT greatest(
-            coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
-                       WHERE a.project_id = %(project_id)s AND a.finished_at IS NULL
-                         AND coalesce(a.actor_id, '') = coalesce(%(actor_id)s, '')
-                       ORDER BY a.actor_seq DESC LIMIT 1), 0),
-            coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
-                       WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
-                       ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1) + 1))
+          %(limit_key)s, %(priority)s, {{actor_turn}})
    WHERE j.project_id = %(project_id)s AND j.job_id = %(job_id)s
   RETURNING j.job_id
 ), pb AS (
@@ -322,9 +326,7 @@ WITH x AS (
          actor_id text, attempt integer, runner_id text, doc jsonb,
          queue_at double precision, limit_key text, priority integer, n integer)
 ), head AS (
-  SELECT coalesce((SELECT h.actor_seq FROM nw_jobs.jobs h
-                    WHERE h.project_id = %(project_id)s AND h.queue_at IS NOT NULL
-                    ORDER BY h.priority DESC, h.actor_seq LIMIT 1), 1) - 1 AS seq
+  SELECT {{queue_head}} AS seq
 ), base AS MATERIALIZED (
   SELECT w.actor, greatest(
            coalesce((SELECT a.actor_seq FROM nw_jobs.jobs a
