@@ -19,14 +19,11 @@ class SqliteClaims(SqliteBase):
     def _start_rows(
         self, c: sqlite3.Connection, ids: Sequence[str], now: float, runner_id: str
     ) -> list[JobRow]:
-        rows = []
-        for job_id in ids:
-            args = {"job_id": job_id, "now": now, "runner_id": runner_id}
-            c.execute(Q["start_job"], args)
-            row = self._get(c, job_id)
-            assert row is not None  # started just now, in this transaction
-            rows.append(row)
-        return rows
+        """``ids`` started (one statement) and read back (one more), in order."""
+        job_ids = json.dumps(list(ids))
+        c.execute(Q["start_job"], {"job_ids": job_ids, "now": now, "runner_id": runner_id})
+        got = {r["job_id"]: self._row(r) for r in c.execute(Q["get_many"], {"job_ids": job_ids})}
+        return [got[job_id] for job_id in ids]  # each started just now, in this transaction
 
     def start(self, job_id: str, *, now: float, runner_id: str) -> JobRow | limits.NotYet | None:
         with self._cursor(write=True) as c:

@@ -241,10 +241,11 @@ SELECT j.job_id, j.limit_key, j.queue_at, j.priority,
  LIMIT :limit;
 
 -- name: start_job
--- queued -> running: au status running (no longer claimable), bumps the
--- attempt (the lease counter), stamps started_at and a first beat, names the
--- runner, and appends the
--- attempt to the record's `attempts` (its number in the run, its lease, the
+-- The jobs :job_ids (a JSON array, chosen under the write lock) queued ->
+-- running, in one statement however many: au status running (no longer
+-- claimable), bumps the attempt (the lease counter), stamps started_at and a
+-- first beat, names the runner, and appends the attempt to the record's
+-- `attempts` (its number in the run, its lease, the
 -- runner with the host and pid it announced, when it started; the outcome
 -- closes it).
 UPDATE jobs SET au_status = 'running', queue_at = NULL,
@@ -263,7 +264,7 @@ UPDATE jobs SET au_status = 'running', queue_at = NULL,
                           'pid', (SELECT json_extract(info, '$.pid') FROM runners
                                    WHERE runner_id = :runner_id),
                           'started_at', :now)) END
- WHERE job_id = :job_id;
+ WHERE job_id IN (SELECT value FROM json_each(:job_ids));
 
 -- name: fence
 -- The job's current attempt (a fenced write goes ahead only when it is the
