@@ -175,7 +175,9 @@ def test_a_failure_stops_a_diamond_below_it_once_and_releases_past_it(store):
     for name in ("b", "c", "d"):
         row = store.get(ids[name])
         assert row.status.value == "cancelled"
+        # once: a second stop of d, by b's or c's cancel, would say 'b' or 'c'
         assert row.record["error"] == "cancelled: upstream step 'a' failed"
+        assert row.record["stopped_by"] == "a"
     assert claim_all(store) == {ids["e"]}
 
 
