@@ -7,6 +7,7 @@ waiting forever."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import threading
 import time
@@ -204,6 +205,24 @@ def test_cancel_pipeline_lets_a_delayed_step_go_at_once(project, cfg):
     assert wait_until(lambda: idle(project, cfg), what="the runtime to let go of a")
 
 
+_DIES_AFTER_ENQUEUE = (
+    "import json, sys, time; from nw import jobs, Project; from nw.jobs import JobsConfig\n"
+    "cfg = JobsConfig(database_url=sys.argv[4] or None, heartbeat_interval_s=0.2)\n"
+    "j = jobs.enqueue(Project(sys.argv[1]), 'x.step', json.loads(sys.argv[3]),"
+    " after=[sys.argv[2]], dispatch={'x.step': lambda project, params: {}}, config=cfg)\n"
+    "print(j.job_id, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def _enqueued_by_a_process_that_dies(project, cfg, upstream: str, params: dict) -> str:
+    """The id of an in-process ``x.step`` job (``params``) after ``upstream``
+    that another process enqueued, and was killed with it still waiting."""
+    args = (str(project.root), upstream, json.dumps(params), cfg.database_url or "")
+    with python_process(_DIES_AFTER_ENQUEUE, args=args) as proc:
+        return proc.stdout.readline().strip()
+
+
 def test_a_step_waiting_in_a_dead_process_is_ended_not_left_waiting(project, cfg):
     # Another process enqueues a step after an upstream that runs here, and
     # dies: its waiting step is ended (orphaned) by the readers while the
@@ -213,17 +232,7 @@ def test_a_step_waiting_in_a_dead_process_is_ended_not_left_waiting(project, cfg
         up = jobs.enqueue(
             project, "p.gate", {"name": "up", "gate": "o"}, dispatch=HERE_BODIES, config=cfg
         )
-        code = (
-            "import sys, time; from nw import jobs, Project; from nw.jobs import JobsConfig\n"
-            "cfg = JobsConfig(database_url=sys.argv[3] or None, heartbeat_interval_s=0.2)\n"
-            "j = jobs.enqueue(Project(sys.argv[1]), 'x.step', {'n': 2}, after=[sys.argv[2]],"
-            " dispatch={'x.step': lambda project, params: {}}, config=cfg)\n"
-            "print(j.job_id, flush=True)\n"
-            "time.sleep(60)\n"
-        )
-        args = (str(project.root), up.job_id, cfg.database_url or "")
-        with python_process(code, args=args) as proc:
-            theirs = proc.stdout.readline().strip()
+        theirs = _enqueued_by_a_process_that_dies(project, cfg, up.job_id, {"n": 2})
         ended = wait_until(
             lambda: (j := jobs.get_job(project, theirs, config=cfg)).is_terminal and j,
             timeout=60,
@@ -365,18 +374,7 @@ def test_resubmitting_a_waiting_job_whose_process_died_runs_it_here(project, cfg
     up = jobs.enqueue(
         project, "p.gate", {"name": "up", "gate": "d"}, dispatch=HERE_BODIES, config=cfg
     )
-    code = (
-        "import os, sys, time; from nw import jobs, Project; from nw.jobs import JobsConfig\n"
-        "def step(project, params):\n"
-        "    return {'pid': os.getpid()}\n"
-        "cfg = JobsConfig(database_url=sys.argv[3] or None)\n"
-        "j = jobs.enqueue(Project(sys.argv[1]), 'x.step', {'n': 1}, after=[sys.argv[2]],"
-        " dispatch={'x.step': step}, config=cfg)\n"
-        "print(j.job_id, flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    with python_process(code, args=(str(project.root), up.job_id, cfg.database_url or "")) as proc:
-        theirs = proc.stdout.readline().strip()  # it enqueued its job, and dies with it waiting
+    theirs = _enqueued_by_a_process_that_dies(project, cfg, up.job_id, {"n": 1})
     try:
         ours = jobs.enqueue(
             project, "x.step", {"n": 1}, after=[up.job_id], dispatch={"x.step": _x_step}, config=cfg
